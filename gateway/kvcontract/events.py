@@ -1,0 +1,106 @@
+"""KV events: what a worker tells the gateway about the blocks it stores or drops.
+
+Wire form (JSON, one object per event)::
+
+    {"worker": id, "type": "stored"|"removed"|"cleared", "tier": "gpu"|"dram"|"ssd",
+     "hashes": [u64, ...], "ts": float}
+
+Published on a worker's ``GET /kv/events`` (SSE) and on the Redis stream ``kvgate:events``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+import orjson
+
+EVENTS_STREAM: Final = "kvgate:events"
+
+
+class EventType(StrEnum):
+    STORED = "stored"
+    REMOVED = "removed"
+    CLEARED = "cleared"
+
+
+class Tier(StrEnum):
+    GPU = "gpu"
+    DRAM = "dram"
+    SSD = "ssd"
+
+
+class EventDecodeError(ValueError):
+    """An event payload does not match the schema."""
+
+
+@dataclass(frozen=True, slots=True)
+class KVEvent:
+    """One change to the set of blocks a worker (or a shared tier) holds.
+
+    ``hashes`` are block hashes of the kvcontract scheme, unsigned 64-bit. A ``cleared`` event carries no
+    hashes and means the worker dropped everything on ``tier``.
+    """
+
+    worker: str
+    type: EventType
+    tier: Tier = Tier.GPU
+    hashes: tuple[int, ...] = field(default=())
+    ts: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "type": self.type.value,
+            "tier": self.tier.value,
+            "hashes": list(self.hashes),
+            "ts": self.ts,
+        }
+
+
+def encode_event(event: KVEvent) -> bytes:
+    """Serialise one event as JSON bytes."""
+    return orjson.dumps(event.to_dict())
+
+
+def event_from_dict(obj: Any) -> KVEvent:
+    """Validate a decoded JSON object into a ``KVEvent``.
+
+    Raises:
+        EventDecodeError: a field is missing or of the wrong type.
+    """
+    if not isinstance(obj, dict):
+        raise EventDecodeError("event must be a JSON object")
+    try:
+        worker = obj["worker"]
+        etype = EventType(obj["type"])
+        tier = Tier(obj.get("tier", "gpu"))
+        hashes = obj.get("hashes", [])
+        ts = float(obj.get("ts", 0.0))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise EventDecodeError(f"bad event: {exc}") from exc
+    if not isinstance(worker, str) or not isinstance(hashes, list):
+        raise EventDecodeError("bad event: worker must be a string and hashes a list")
+    if not all(isinstance(h, int) and 0 <= h < 2**64 for h in hashes):
+        raise EventDecodeError("bad event: hashes must be unsigned 64-bit integers")
+    return KVEvent(worker=worker, type=etype, tier=tier, hashes=tuple(hashes), ts=ts)
+
+
+def decode_event(data: bytes | str) -> KVEvent:
+    """Parse one JSON event.
+
+    Raises:
+        EventDecodeError: the payload is not valid JSON or not a valid event.
+    """
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise EventDecodeError(f"event is not JSON: {exc}") from exc
+    return event_from_dict(obj)
+
+
+def encode_events(events: Sequence[KVEvent]) -> bytes:
+    """Serialise a batch of events as a JSON array."""
+    return orjson.dumps([e.to_dict() for e in events])

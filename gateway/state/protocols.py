@@ -1,0 +1,36 @@
+"""State protocols shared by gateway replicas: load accounting per worker.
+
+``memory`` implementations are the default and the unit-test doubles; Redis implementations share the
+figures between replicas. All methods are synchronous on a local copy: a Redis-backed board pushes and pulls
+in a background task, so the request path never waits on Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLoad:
+    """In-flight work the gateway(s) sent a worker and have not seen finish."""
+
+    inflight_requests: int = 0
+    inflight_tokens: int = 0
+
+
+class LoadBoard(Protocol):
+    """In-flight requests and tokens per worker.
+
+    Contract: every ``acquire`` is paired with exactly one ``release`` of the same figures (callers use
+    ``try/finally``); counters never go below zero.
+    """
+
+    def acquire(self, worker: str, tokens: int) -> None: ...
+
+    def release(self, worker: str, tokens: int) -> None: ...
+
+    def get(self, worker: str) -> WorkerLoad: ...
+
+    def snapshot(self) -> Mapping[str, WorkerLoad]: ...

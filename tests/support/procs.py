@@ -1,0 +1,64 @@
+"""Helpers for tests that run real processes on loopback: free ports, readiness polling, clean stops."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(pred: Callable[[], bool], timeout_s: float = 20.0, interval_s: float = 0.05) -> None:
+    """Poll ``pred`` until it is true; raise TimeoutError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(interval_s)
+    raise TimeoutError(f"condition not met within {timeout_s}s")
+
+
+def http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def start_process(args: Sequence[str], *, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a process in its own session, output to ``log``."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    fh = open(log, "wb")  # noqa: SIM115 - closed by the process owner via stop_process
+    return subprocess.Popen(list(args), stdout=fh, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout_s``; by PID (the process group started for it)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def kvgate_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gateway.cli", *args]
