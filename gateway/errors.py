@@ -1,0 +1,121 @@
+"""The gateway's one exception hierarchy; ``gateway.api.errors`` turns each into OpenAI's error body.
+
+::
+
+    KvgateError
+    ├── ClientError            4xx: the request is wrong
+    │   ├── InvalidRequest         400 invalid_request_error
+    │   ├── ModelNotFound          404 model_not_found
+    │   ├── NotFound               404 (admin resources)
+    │   ├── Conflict               409 (admin resources)
+    │   ├── BodyTooLarge           413
+    │   ├── UnsupportedMediaType   415
+    │   └── ContextTooLong         400 context_length_exceeded
+    ├── CapacityError          429/503: nobody can take it now
+    │   ├── NoHealthyWorker        503 no_healthy_worker
+    │   └── Overloaded             429
+    ├── UpstreamError          502/504: the worker failed
+    │   ├── WorkerUnavailable      502 worker_unavailable
+    │   └── WorkerTimeout          504 worker_timeout
+    └── ConfigError            startup only (never reaches a client)
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import orjson
+
+
+class KvgateError(Exception):
+    """Base of every gateway error; carries what OpenAI's error body needs."""
+
+    status: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+    default_code: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+
+    def body(self) -> bytes:
+        """The OpenAI-shaped JSON error body."""
+        return orjson.dumps(
+            {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}
+        )
+
+
+class ClientError(KvgateError):
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class InvalidRequest(ClientError):
+    default_code = "invalid_request"
+
+
+class ContextTooLong(ClientError):
+    default_code = "context_length_exceeded"
+
+
+class ModelNotFound(ClientError):
+    status = 404
+    default_code = "model_not_found"
+
+
+class NotFound(ClientError):
+    status = 404
+    error_type = "not_found_error"
+    default_code = "not_found"
+
+
+class Conflict(ClientError):
+    status = 409
+    default_code = "conflict"
+
+
+class BodyTooLarge(ClientError):
+    status = 413
+    default_code = "request_too_large"
+
+
+class UnsupportedMediaType(ClientError):
+    status = 415
+    default_code = "unsupported_media_type"
+
+
+class CapacityError(KvgateError):
+    status = 503
+    error_type = "service_unavailable_error"
+
+
+class NoHealthyWorker(CapacityError):
+    default_code = "no_healthy_worker"
+
+
+class Overloaded(CapacityError):
+    status = 429
+    error_type = "rate_limit_error"
+    default_code = "overloaded"
+
+
+class UpstreamError(KvgateError):
+    status = 502
+    error_type = "upstream_error"
+
+
+class WorkerUnavailable(UpstreamError):
+    default_code = "worker_unavailable"
+
+
+class WorkerTimeout(UpstreamError):
+    status = 504
+    default_code = "worker_timeout"
+
+
+class ConfigError(KvgateError):
+    """A startup misconfiguration; the message says what to change."""
+
+    default_code = "config_error"

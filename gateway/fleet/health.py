@@ -1,0 +1,117 @@
+"""Active health checks: each round probes every worker's ``/health``, ``/v1/models`` and ``/load``.
+
+A probe failure marks the worker unhealthy (it gets no traffic until a probe passes). Passive failures seen
+by the proxy feed the worker's circuit breaker instead (``fleet.breaker``). The round also finishes drains:
+a draining worker with no request in flight is removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway.fleet.registry import Fleet, WorkerRecord
+from gateway.state.protocols import LoadBoard
+
+logger = logging.getLogger(__name__)
+
+
+def _int(data: Mapping[str, Any], *keys: str) -> int:
+    for key in keys:
+        value = data.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return int(value)
+    return 0
+
+
+def apply_load(record: WorkerRecord, data: Mapping[str, Any]) -> None:
+    """Copy a worker's ``/load`` figures onto its record (unknown keys ignored, missing ones 0)."""
+    record.running = _int(data, "running", "num_running")
+    record.queue_depth = _int(data, "waiting", "num_waiting", "queue_depth")
+    record.cached_blocks = _int(data, "cached_blocks", "num_cached_blocks", "kv_blocks_cached")
+    usage = data.get("kv_usage", 0.0)
+    record.kv_usage = min(1.0, max(0.0, float(usage))) if isinstance(usage, int | float) else 0.0
+
+
+def apply_models(record: WorkerRecord, data: Mapping[str, Any]) -> None:
+    """Copy a worker's ``/v1/models`` list onto its record."""
+    cards = tuple(c for c in data.get("data", ()) if isinstance(c, dict) and isinstance(c.get("id"), str))
+    record.model_cards = cards
+    record.models = frozenset(str(c["id"]) for c in cards)
+
+
+class HealthChecker:
+    """Probes the fleet every ``interval_s`` and completes drains.
+
+    Args:
+        fleet: the registry to update.
+        client: control-plane HTTP client (not the proxy's pool).
+        load: in-flight accounting, to know when a draining worker is idle.
+        interval_s: time between rounds; each probe's deadline is the same.
+        on_removed: called with a worker id after a drained worker is removed.
+    """
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        client: httpx.AsyncClient,
+        load: LoadBoard,
+        *,
+        interval_s: float,
+        on_removed: Callable[[str], None] = lambda _id: None,
+    ) -> None:
+        self._fleet = fleet
+        self._client = client
+        self._load = load
+        self._interval_s = interval_s
+        self._on_removed = on_removed
+
+    async def run(self) -> None:
+        """Probe forever (until cancelled), one round per interval."""
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                await self.round()
+            except Exception:  # a background loop must survive anything; the next round retries
+                logger.exception("health round failed")
+
+    async def round(self) -> None:
+        """One round: probe every worker concurrently, then remove idle draining workers."""
+        records = list(self._fleet)
+        await asyncio.gather(*(self.probe(r) for r in records if not r.draining))
+        for record in records:
+            if record.draining and self._load.get(record.id).inflight_requests == 0:
+                self._fleet.remove(record.id)
+                self._on_removed(record.id)
+
+    async def probe(self, record: WorkerRecord) -> None:
+        """Probe one worker; mark it healthy when ``/health`` answers 200."""
+        was_healthy = record.healthy
+        try:
+            async with asyncio.timeout(max(self._interval_s, 1.0)):
+                resp = await self._client.get(f"{record.url}/health")
+                record.healthy = resp.status_code == 200
+                if record.healthy:
+                    await self._poll_extras(record)
+        except (httpx.HTTPError, TimeoutError, OSError, ValueError) as exc:
+            record.healthy = False
+            if was_healthy:
+                logger.warning("worker unhealthy", extra={"worker": record.id, "error": repr(exc)})
+            return
+        if record.healthy != was_healthy:
+            logger.info("worker health changed", extra={"worker": record.id, "healthy": record.healthy})
+
+    async def _poll_extras(self, record: WorkerRecord) -> None:
+        models = await self._client.get(f"{record.url}/v1/models")
+        if models.status_code == 200:
+            apply_models(record, orjson.loads(models.content))
+        load = await self._client.get(f"{record.url}/load")
+        if load.status_code == 200:
+            data = orjson.loads(load.content)
+            if isinstance(data, dict):
+                apply_load(record, data)

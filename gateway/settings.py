@@ -1,0 +1,159 @@
+"""Gateway settings: frozen values parsed once from the CLI namespace, validated at startup.
+
+The layering of sources (defaults < YAML < ``KVGATE_*`` < flags) is done by ``gateway.cli``; this module
+turns the merged namespace into typed values and rejects bad ones with a ``ConfigError`` that says what
+to change. Nothing here reads the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+from gateway.errors import ConfigError
+from policies.api import Role
+
+DEFAULT_POLICY = "prefix_cache_aware"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """A worker to route to: stable id, base URL (no trailing slash) and role."""
+
+    id: str
+    url: str
+    role: Role = Role.BOTH
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Upstream deadlines in seconds: connect, time to first body byte, and gap between stream chunks."""
+
+    connect_s: float = 2.0
+    ttfb_s: float = 60.0
+    idle_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetrySettings:
+    """Retries on another worker before the first byte reached the client."""
+
+    retries: int = 2
+    backoff_base_s: float = 0.01
+    backoff_max_s: float = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSettings:
+    """Per-worker circuit breaker: open after ``failures`` in a row, probe again after ``open_s``."""
+
+    failures: int = 3
+    open_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the gateway needs to start."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: tuple[WorkerSpec, ...] = ()
+    policy: str | Mapping[str, Any] = DEFAULT_POLICY
+    state_url: str = "memory"
+    tokenizer: str = "auto"
+    block_size: int = 16
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_tokens_limit: int = 1_000_000
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    retry: RetrySettings = field(default_factory=RetrySettings)
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    health_interval_s: float = 1.0
+    upstream_pool_size: int = 10_000
+    log_level: str = "warning"
+
+
+def parse_worker(raw: str) -> WorkerSpec:
+    """Parse ``URL[#role=prefill|decode|both][&id=NAME]`` into a ``WorkerSpec``.
+
+    Raises:
+        ConfigError: the URL is not http(s) or the role is unknown.
+    """
+    parts = urlsplit(raw.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"worker URL {raw!r} must look like http://HOST:PORT[#role=prefill|decode|both]")
+    frag = {k: v[-1] for k, v in parse_qs(parts.fragment).items()}
+    unknown = set(frag) - {"role", "id"}
+    if unknown:
+        raise ConfigError(f"worker URL {raw!r}: unknown fragment key(s) {sorted(unknown)}; use #role=…&id=…")
+    try:
+        role = Role(frag.get("role", "both"))
+    except ValueError:
+        raise ConfigError(f"worker URL {raw!r}: role must be one of prefill, decode, both") from None
+    url = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+    return WorkerSpec(id=frag.get("id") or parts.netloc + parts.path.rstrip("/"), url=url, role=role)
+
+
+def _policy_spec(name: str, config_file: str | None) -> str | Mapping[str, Any]:
+    if not config_file:
+        return name
+    try:
+        with open(config_file, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read policy config {config_file!r}: {exc}") from exc
+    if isinstance(data, Mapping) and isinstance(data.get("policy"), Mapping | str):
+        data = data["policy"]
+    if not isinstance(data, Mapping | str):
+        raise ConfigError(f"policy config {config_file!r} must hold a mapping (type: …, params: …)")
+    return data
+
+
+def _positive(name: str, value: float) -> float:
+    if value <= 0:
+        raise ConfigError(f"--{name.replace('_', '-')} must be > 0 (got {value})")
+    return value
+
+
+def from_args(args: argparse.Namespace) -> Settings:
+    """Build validated ``Settings`` from the ``kvgate gateway`` namespace.
+
+    Raises:
+        ConfigError: a value is out of range or malformed.
+    """
+    workers = _unique(parse_worker(w) for w in (args.worker or ()))
+    if args.retries < 0:
+        raise ConfigError("--retries must be >= 0")
+    if args.block_size <= 0:
+        raise ConfigError("--block-size must be > 0")
+    return Settings(
+        host=args.host,
+        port=args.port,
+        workers=workers,
+        policy=_policy_spec(args.policy, args.policy_config),
+        state_url=args.state,
+        tokenizer=args.tokenizer,
+        block_size=args.block_size,
+        max_body_bytes=int(_positive("max_body_bytes", args.max_body_bytes)),
+        timeouts=Timeouts(
+            connect_s=_positive("connect_timeout_s", args.connect_timeout_s),
+            ttfb_s=_positive("ttfb_timeout_s", args.ttfb_timeout_s),
+            idle_s=_positive("idle_timeout_s", args.idle_timeout_s),
+        ),
+        retry=RetrySettings(retries=args.retries),
+        health_interval_s=_positive("health_interval_s", args.health_interval_s),
+        log_level=args.log_level,
+    )
+
+
+def _unique(specs: Sequence[WorkerSpec] | Any) -> tuple[WorkerSpec, ...]:
+    out: dict[str, WorkerSpec] = {}
+    for spec in specs:
+        if spec.id in out:
+            raise ConfigError(f"worker id {spec.id!r} is given twice; give each worker a distinct URL or #id=")
+        out[spec.id] = spec
+    return tuple(out.values())

@@ -1,0 +1,183 @@
+"""Fleet launcher: N workers (simulated or real CPU) and G gateways on loopback, stopped on exit.
+
+Every process is started in its own session and stopped by PID (SIGTERM, then SIGKILL), also when the
+caller is interrupted. With several gateways a private ``redis-server`` is started for their shared state
+unless a Redis URL is given. ``router_cmd`` replaces kvgate's gateway with another router's command line
+(placeholders ``{port}``, ``{workers}`` space-separated, ``{workers_csv}``) for side-by-side comparisons.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSpec:
+    """What to start. ``worker_args``/``gateway_args`` are appended to every worker/gateway command."""
+
+    workers: int = 4
+    gateways: int = 1
+    policy: str = "prefix_cache_aware"
+    sim: bool = True
+    model: str = "tiny"
+    worker_args: tuple[str, ...] = ()
+    gateway_args: tuple[str, ...] = ()
+    redis_url: str | None = None
+    router_cmd: str | None = None
+    log_dir: Path = field(default_factory=lambda: Path("loadtest-results/logs"))
+    ready_timeout_s: float = 60.0
+
+
+@dataclass(slots=True)
+class Fleet:
+    worker_urls: list[str] = field(default_factory=list)
+    gateway_urls: list[str] = field(default_factory=list)
+    redis_url: str | None = None
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _kvgate(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gateway.cli", *args]
+
+
+def _start(fleet: Fleet, cmd: Sequence[str], log: Path) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            list(cmd),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    fleet.procs.append(proc)
+
+
+def _wait_ready(fleet: Fleet, urls: Sequence[str], path: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    pending = list(urls)
+    while pending:
+        for proc in fleet.procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"a fleet process exited early (code {proc.returncode}): {proc.args!r}")
+        pending = [u for u in pending if not _ok(u + path)]
+        if pending and time.monotonic() > deadline:
+            raise TimeoutError(f"not ready within {timeout_s}s: {pending}")
+        if pending:
+            time.sleep(0.1)
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def stop_fleet(fleet: Fleet, timeout_s: float = 10.0) -> None:
+    """SIGTERM every process group, then SIGKILL what is left after ``timeout_s``."""
+    for proc in fleet.procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for proc in fleet.procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+    fleet.procs.clear()
+
+
+def _start_workers(fleet: Fleet, spec: FleetSpec) -> None:
+    for i in range(spec.workers):
+        port = free_port()
+        mode = ["--sim"] if spec.sim else ["--model", spec.model]
+        _start(
+            fleet,
+            _kvgate("worker", *mode, "--host", HOST, "--port", str(port), *spec.worker_args),
+            spec.log_dir / f"worker-{i}.log",
+        )
+        fleet.worker_urls.append(f"http://{HOST}:{port}")
+
+
+def _start_redis(fleet: Fleet, spec: FleetSpec) -> str:
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise RuntimeError("several gateways need redis-server: install it (apt-get install redis-server)")
+    port = free_port()
+    _start(
+        fleet,
+        [exe, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no"],
+        spec.log_dir / "redis.log",
+    )
+    return f"redis://{HOST}:{port}/0"
+
+
+def _start_gateways(fleet: Fleet, spec: FleetSpec) -> None:
+    state = fleet.redis_url or "memory"
+    for i in range(spec.gateways):
+        port = free_port()
+        if spec.router_cmd:
+            cmd = shlex.split(
+                spec.router_cmd.format(
+                    port=port, workers=" ".join(fleet.worker_urls), workers_csv=",".join(fleet.worker_urls)
+                )
+            )
+        else:
+            workers = [a for u in fleet.worker_urls for a in ("--worker", u)]
+            cmd = _kvgate(
+                "gateway",
+                "--host",
+                HOST,
+                "--port",
+                str(port),
+                *workers,
+                "--policy",
+                spec.policy,
+                "--state",
+                state,
+                *spec.gateway_args,
+            )
+        _start(fleet, cmd, spec.log_dir / f"gateway-{i}.log")
+        fleet.gateway_urls.append(f"http://{HOST}:{port}")
+
+
+@contextlib.contextmanager
+def launch(spec: FleetSpec) -> Iterator[Fleet]:
+    """Start the fleet, wait until every worker and gateway is ready, stop everything on exit."""
+    fleet = Fleet()
+    try:
+        if spec.gateways > 1 and spec.router_cmd is None:
+            fleet.redis_url = spec.redis_url or _start_redis(fleet, spec)
+        _start_workers(fleet, spec)
+        _wait_ready(fleet, fleet.worker_urls, "/health", spec.ready_timeout_s)
+        _start_gateways(fleet, spec)
+        ready_path = "/health" if spec.router_cmd else "/ready"
+        _wait_ready(fleet, fleet.gateway_urls, ready_path, spec.ready_timeout_s)
+        yield fleet
+    finally:
+        stop_fleet(fleet)
