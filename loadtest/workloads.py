@@ -17,7 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-_WORDS: Final = ["cache", "prefix", "token", "block", "worker", "gateway", "route", "model", "prompt", "decode", "prefill", "batch", "queue", "latency", "memory", "tensor", "layer", "attention", "stream", "request", "answer", "question", "system", "user", "assistant", "data", "value", "server", "fleet", "replica", "shard", "index", "event", "policy", "score", "load", "balance", "hit", "miss", "warm", "cold", "page", "slot"]
+_VOCABULARY: Final = (
+    "cache prefix token block worker gateway route model prompt decode prefill batch queue "
+    "latency memory tensor layer attention stream request answer question system user assistant "
+    "data value server fleet replica shard index event policy score load balance hit miss "
+    "warm cold page slot"
+)
+_WORDS: Final = tuple(_VOCABULARY.split())
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,8 +32,10 @@ def _store_kv_kernel(
 ):
     token = tl.program_id(0)
     slot = tl.load(slot_ptr + token)
+    if slot < 0:
+        return
     cols = tl.arange(0, ROW_P)
-    mask = (cols < ROW) & (slot >= 0)
+    mask = cols < ROW
     k = tl.load(k_ptr + token.to(tl.int64) * stride_k + cols, mask=mask)
     v = tl.load(v_ptr + token.to(tl.int64) * stride_v + cols, mask=mask)
     dst = slot.to(tl.int64) * ROW + cols

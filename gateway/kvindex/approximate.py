@@ -1,0 +1,119 @@
+"""Approximate KV index for backends that publish no events (SGLang's router works this way).
+
+It records what the gateway routed to each worker and assumes the worker cached it: per worker at most
+``capacity_blocks`` blocks (least recently routed go first) for at most ``ttl_s`` seconds. Events, if any
+arrive anyway, are applied too (``removed``/``cleared`` make the guess more accurate). Shared tiers are not
+modelled here: approximate mode never claims a ``dram``/``ssd`` hit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gateway.kvcontract.events import EventType, KVEvent, Tier
+from gateway.kvindex.index import PrefixHit
+from gateway.kvindex.prefix_scan import prefix_hits
+from gateway.kvindex.worker_bits import WorkerBits
+
+
+@dataclass(frozen=True, slots=True)
+class ApproximateIndexConfig:
+    """Assumed cache of each worker.
+
+    Attributes:
+        capacity_blocks: blocks a worker is assumed to keep (its KV cache size in blocks).
+        ttl_s: how long a routed block is assumed to stay cached.
+    """
+
+    capacity_blocks: int = 16_384
+    ttl_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.capacity_blocks <= 0 or self.ttl_s <= 0:
+            raise ValueError("capacity_blocks and ttl_s must be positive")
+
+
+class ApproximateKVIndex:
+    """``KVIndex`` guessed from routing decisions, bounded per worker by capacity and TTL."""
+
+    __slots__ = ("_bits", "_clock", "_mask", "_recent", "config")
+
+    def __init__(
+        self, config: ApproximateIndexConfig | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.config = config or ApproximateIndexConfig()
+        self._clock = clock
+        self._bits = WorkerBits()
+        self._mask: dict[int, int] = {}
+        # Per worker: block -> time last routed, oldest first (LRU and TTL order coincide).
+        self._recent: dict[str, OrderedDict[int, float]] = {}
+
+    def apply(self, event: KVEvent) -> None:
+        """Apply a GPU event (tiers are ignored in this mode)."""
+        if event.tier is not Tier.GPU:
+            return
+        if event.type is EventType.CLEARED:
+            self.remove_worker(event.worker)
+        elif event.type is EventType.STORED:
+            self.record_routed(event.worker, event.hashes)
+        else:
+            self._forget(event.worker, event.hashes)
+
+    def record_routed(self, worker: str, hashes: Sequence[int]) -> None:
+        """The request was routed to ``worker``: assume it now caches ``hashes``."""
+        bit = self._bits.ensure(worker)
+        recent = self._recent.setdefault(worker, OrderedDict())
+        now = self._clock()
+        mask = self._mask
+        for h in hashes:
+            recent.pop(h, None)
+            recent[h] = now
+            mask[h] = mask.get(h, 0) | bit
+        self._trim(bit, recent, now)
+
+    def longest_prefix(self, hashes: Sequence[int], workers: Iterable[str]) -> Mapping[str, PrefixHit]:
+        """Leading blocks per worker among those still assumed cached."""
+        now = self._clock()
+        for worker, recent in self._recent.items():
+            self._trim(self._bits.get(worker), recent, now)
+        return prefix_hits(hashes, workers, self._bits.bits, [self._mask.get])
+
+    def remove_worker(self, worker: str) -> None:
+        """Forget everything assumed about ``worker``."""
+        recent = self._recent.pop(worker, None)
+        bit = self._bits.release(worker)
+        for h in recent or ():
+            self._clear(h, bit)
+
+    def num_blocks(self) -> int:
+        """(worker, block) entries held."""
+        return sum(len(r) for r in self._recent.values())
+
+    def _forget(self, worker: str, hashes: Sequence[int]) -> None:
+        recent = self._recent.get(worker)
+        if recent is None:
+            return
+        bit = self._bits.get(worker)
+        for h in hashes:
+            if recent.pop(h, None) is not None:
+                self._clear(h, bit)
+
+    def _trim(self, bit: int, recent: OrderedDict[int, float], now: float) -> None:
+        cutoff = now - self.config.ttl_s
+        capacity = self.config.capacity_blocks
+        while recent:
+            h, seen = next(iter(recent.items()))
+            if seen > cutoff and len(recent) <= capacity:
+                break
+            del recent[h]
+            self._clear(h, bit)
+
+    def _clear(self, h: int, bit: int) -> None:
+        rest = self._mask.get(h, 0) & ~bit
+        if rest:
+            self._mask[h] = rest
+        else:
+            self._mask.pop(h, None)

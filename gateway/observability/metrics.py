@@ -1,0 +1,97 @@
+"""``kvgate_*`` Prometheus metrics on an app-owned ``CollectorRegistry`` (never the global one).
+
+Per-request updates go through small caches of labelled children so the hot path does a dict lookup and
+an increment. Gauges that mirror the fleet (in flight, health, breaker, queue) are read at scrape time by
+a collector, so they cost nothing per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.fleet.breaker import BreakerState
+from gateway.fleet.registry import Fleet
+from gateway.state.protocols import LoadBoard
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_STAGE_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
+_BREAKER_VALUE = {BreakerState.CLOSED: 0.0, BreakerState.HALF_OPEN: 1.0, BreakerState.OPEN: 2.0}
+
+
+class FleetCollector(Collector):
+    """Scrape-time gauges of every worker: in flight, healthy, breaker state, queue, KV usage."""
+
+    def __init__(self, fleet: Fleet, load: LoadBoard) -> None:
+        self._fleet = fleet
+        self._load = load
+
+    def collect(self) -> Iterator[Metric]:
+        inflight = GaugeMetricFamily("kvgate_worker_inflight_requests", "Requests in flight", labels=["worker"])
+        healthy = GaugeMetricFamily("kvgate_worker_healthy", "1 when health probes pass", labels=["worker"])
+        breaker = GaugeMetricFamily(
+            "kvgate_worker_breaker_state", "0 closed, 1 half-open, 2 open", labels=["worker"]
+        )
+        queue = GaugeMetricFamily("kvgate_worker_queue_depth", "Requests waiting (worker /load)", labels=["worker"])
+        kv = GaugeMetricFamily("kvgate_worker_kv_usage_ratio", "KV cache use (worker /load)", labels=["worker"])
+        for r in self._fleet:
+            inflight.add_metric([r.id], self._load.get(r.id).inflight_requests)
+            healthy.add_metric([r.id], 1.0 if r.healthy else 0.0)
+            breaker.add_metric([r.id], _BREAKER_VALUE[r.breaker.state])
+            queue.add_metric([r.id], r.queue_depth)
+            kv.add_metric([r.id], r.kv_usage)
+        yield from (inflight, healthy, breaker, queue, kv)
+
+
+class Metrics:
+    """The gateway's metrics; one instance per app."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._requests = Counter(
+            "kvgate_requests", "Requests answered", ["route", "status", "worker"], registry=self.registry
+        )
+        self._ttfb = Histogram(
+            "kvgate_ttfb_seconds", "Time to first upstream byte", ["route"], buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._latency = Histogram(
+            "kvgate_request_duration_seconds", "Request duration", ["route"], buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._stage = Histogram(
+            "kvgate_stage_seconds", "Time per request stage", ["stage"], buckets=_STAGE_BUCKETS,
+            registry=self.registry,
+        )
+        self._retries = Counter("kvgate_retries", "Attempts retried on another worker", ["reason"],
+                                registry=self.registry)
+        self._cache: dict[tuple[str, ...], Counter | Histogram] = {}
+
+    def attach_fleet(self, fleet: Fleet, load: LoadBoard) -> None:
+        self.registry.register(FleetCollector(fleet, load))
+
+    def _child(self, family: Counter | Histogram, *labels: str) -> Counter | Histogram:
+        key = (family._name, *labels)
+        child = self._cache.get(key)
+        if child is None:
+            child = self._cache[key] = family.labels(*labels)
+        return child
+
+    def request(self, route: str, status: int, worker: str, latency_s: float) -> None:
+        self._child(self._requests, route, str(status), worker).inc()  # type: ignore[union-attr]
+        self._child(self._latency, route).observe(latency_s)  # type: ignore[union-attr]
+
+    def ttfb(self, route: str, seconds: float) -> None:
+        self._child(self._ttfb, route).observe(seconds)  # type: ignore[union-attr]
+
+    def stage(self, stage: str, seconds: float) -> None:
+        self._child(self._stage, stage).observe(seconds)  # type: ignore[union-attr]
+
+    def retry(self, reason: str) -> None:
+        self._child(self._retries, reason).inc()  # type: ignore[union-attr]
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
