@@ -27,6 +27,11 @@ from typing import ClassVar
 import orjson
 
 
+def error_body(message: str, error_type: str, code: str | None, param: str | None = None) -> bytes:
+    """OpenAI's error JSON: ``{"error": {"message", "type", "param", "code"}}``."""
+    return orjson.dumps({"error": {"message": message, "type": error_type, "param": param, "code": code}})
+
+
 class KvgateError(Exception):
     """Base of every gateway error; carries what OpenAI's error body needs."""
 
@@ -42,9 +47,7 @@ class KvgateError(Exception):
 
     def body(self) -> bytes:
         """The OpenAI-shaped JSON error body."""
-        return orjson.dumps(
-            {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}
-        )
+        return error_body(self.message, self.error_type, self.code, self.param)
 
 
 class ClientError(KvgateError):
@@ -52,36 +55,36 @@ class ClientError(KvgateError):
     error_type = "invalid_request_error"
 
 
-class InvalidRequest(ClientError):
+class InvalidRequest(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
     default_code = "invalid_request"
 
 
-class ContextTooLong(ClientError):
+class ContextTooLong(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
     default_code = "context_length_exceeded"
 
 
-class ModelNotFound(ClientError):
+class ModelNotFound(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
     status = 404
     default_code = "model_not_found"
 
 
-class NotFound(ClientError):
+class NotFound(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
     status = 404
     error_type = "not_found_error"
     default_code = "not_found"
 
 
-class Conflict(ClientError):
+class Conflict(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
     status = 409
     default_code = "conflict"
 
 
-class BodyTooLarge(ClientError):
+class BodyTooLarge(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
     status = 413
     default_code = "request_too_large"
 
 
-class UnsupportedMediaType(ClientError):
+class UnsupportedMediaType(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
     status = 415
     default_code = "unsupported_media_type"
 
@@ -91,11 +94,11 @@ class CapacityError(KvgateError):
     error_type = "service_unavailable_error"
 
 
-class NoHealthyWorker(CapacityError):
+class NoHealthyWorker(CapacityError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
     default_code = "no_healthy_worker"
 
 
-class Overloaded(CapacityError):
+class Overloaded(CapacityError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
     status = 429
     error_type = "rate_limit_error"
     default_code = "overloaded"
@@ -106,11 +109,11 @@ class UpstreamError(KvgateError):
     error_type = "upstream_error"
 
 
-class WorkerUnavailable(UpstreamError):
+class WorkerUnavailable(UpstreamError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
     default_code = "worker_unavailable"
 
 
-class WorkerTimeout(UpstreamError):
+class WorkerTimeout(UpstreamError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
     status = 504
     default_code = "worker_timeout"
 

@@ -154,6 +154,6 @@ def _unique(specs: Sequence[WorkerSpec] | Any) -> tuple[WorkerSpec, ...]:
     out: dict[str, WorkerSpec] = {}
     for spec in specs:
         if spec.id in out:
-            raise ConfigError(f"worker id {spec.id!r} is given twice; give each worker a distinct URL or #id=")
+            raise ConfigError(f"worker id {spec.id!r} is given twice; give each a distinct URL or #id=")
         out[spec.id] = spec
     return tuple(out.values())

@@ -160,9 +160,7 @@ class Picker(Protocol):
 
     name: str
 
-    def pick(
-        self, req: RouteRequest, scored: Sequence[tuple[WorkerView, float]]
-    ) -> WorkerView | None: ...
+    def pick(self, req: RouteRequest, scored: Sequence[tuple[WorkerView, float]]) -> WorkerView | None: ...
 
 
 @runtime_checkable

@@ -131,7 +131,9 @@ def _check_unique_names(spec: PolicySpec) -> None:
 def _check_keys(raw: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
     unknown = sorted(str(k) for k in raw if k not in allowed)
     if unknown:
-        raise PolicyConfigError(f"unknown key(s) {', '.join(unknown)} in {where}; allowed: {', '.join(allowed)}")
+        raise PolicyConfigError(
+            f"unknown key(s) {', '.join(unknown)} in {where}; allowed: {', '.join(allowed)}"
+        )
 
 
 def _require_str(raw: Mapping[str, Any], key: str, where: str) -> str:

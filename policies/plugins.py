@@ -45,9 +45,7 @@ class PluginDef:
     source: str = "builtin"
 
 
-def define(
-    name: str, kind: Kind, params: type[P], build: Callable[[PolicyContext, P], X]
-) -> PluginDef:
+def define(name: str, kind: Kind, params: type[P], build: Callable[[PolicyContext, P], X]) -> PluginDef:
     """A built-in ``PluginDef`` whose factory validates params into ``params`` and calls ``build``."""
 
     def factory(ctx: PolicyContext, raw: Mapping[str, Any]) -> X:

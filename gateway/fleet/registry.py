@@ -69,7 +69,9 @@ class Fleet:
         """
         if spec.id in self._records:
             raise Conflict(f"worker {spec.id!r} is already registered; drain it first", param="id")
-        breaker = CircuitBreaker(failures=self._breaker.failures, open_s=self._breaker.open_s, clock=self._clock)
+        breaker = CircuitBreaker(
+            failures=self._breaker.failures, open_s=self._breaker.open_s, clock=self._clock
+        )
         record = WorkerRecord(id=spec.id, url=spec.url, role=spec.role, breaker=breaker)
         self._records[spec.id] = record
         logger.info("worker added", extra={"worker": spec.id, "url": spec.url, "role": str(spec.role)})
@@ -94,9 +96,7 @@ class Fleet:
 
     def serving(self, model: str | None) -> list[WorkerRecord]:
         """Workers that list ``model`` (all of them when ``model`` is None), draining ones excluded."""
-        return [
-            r for r in self._records.values() if not r.draining and (model is None or model in r.models)
-        ]
+        return [r for r in self._records.values() if not r.draining and (model is None or model in r.models)]
 
     def knows_model(self, model: str) -> bool:
         return any(model in r.models for r in self._records.values())

@@ -142,6 +142,11 @@ class BlockMeta:
             raise WireError(f"model id longer than {_MAX_MODEL_BYTES} bytes")
 
 
+def header_bytes(model: str, ndim: int) -> int:
+    """Size of the header of a block of ``model`` whose shape has ``ndim`` dimensions."""
+    return _FIXED.size + 4 * ndim + _U16.size + len(model.encode("utf-8")) + _U64.size
+
+
 def pack_header(meta: BlockMeta, payload: bytes | bytearray | memoryview) -> bytes:
     """The header for ``payload`` (the payload itself is not copied).
 
@@ -155,7 +160,7 @@ def pack_header(meta: BlockMeta, payload: bytes | bytearray | memoryview) -> byt
             f"payload is {view.nbytes} bytes; shape {meta.shape} of {meta.dtype} needs {meta.payload_bytes}"
         )
     model = meta.model.encode("utf-8")
-    header_len = _FIXED.size + 4 * len(meta.shape) + _U16.size + len(model) + _U64.size
+    header_len = header_bytes(meta.model, len(meta.shape))
     head = b"".join(
         (
             _FIXED.pack(

@@ -30,13 +30,19 @@ class FleetCollector(Collector):
         self._load = load
 
     def collect(self) -> Iterator[Metric]:
-        inflight = GaugeMetricFamily("kvgate_worker_inflight_requests", "Requests in flight", labels=["worker"])
+        inflight = GaugeMetricFamily(
+            "kvgate_worker_inflight_requests", "Requests in flight", labels=["worker"]
+        )
         healthy = GaugeMetricFamily("kvgate_worker_healthy", "1 when health probes pass", labels=["worker"])
         breaker = GaugeMetricFamily(
             "kvgate_worker_breaker_state", "0 closed, 1 half-open, 2 open", labels=["worker"]
         )
-        queue = GaugeMetricFamily("kvgate_worker_queue_depth", "Requests waiting (worker /load)", labels=["worker"])
-        kv = GaugeMetricFamily("kvgate_worker_kv_usage_ratio", "KV cache use (worker /load)", labels=["worker"])
+        queue = GaugeMetricFamily(
+            "kvgate_worker_queue_depth", "Requests waiting (worker /load)", labels=["worker"]
+        )
+        kv = GaugeMetricFamily(
+            "kvgate_worker_kv_usage_ratio", "KV cache use (worker /load)", labels=["worker"]
+        )
         for r in self._fleet:
             inflight.add_metric([r.id], self._load.get(r.id).inflight_requests)
             healthy.add_metric([r.id], 1.0 if r.healthy else 0.0)
@@ -55,19 +61,29 @@ class Metrics:
             "kvgate_requests", "Requests answered", ["route", "status", "worker"], registry=self.registry
         )
         self._ttfb = Histogram(
-            "kvgate_ttfb_seconds", "Time to first upstream byte", ["route"], buckets=_LATENCY_BUCKETS,
+            "kvgate_ttfb_seconds",
+            "Time to first upstream byte",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
         self._latency = Histogram(
-            "kvgate_request_duration_seconds", "Request duration", ["route"], buckets=_LATENCY_BUCKETS,
+            "kvgate_request_duration_seconds",
+            "Request duration",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
         self._stage = Histogram(
-            "kvgate_stage_seconds", "Time per request stage", ["stage"], buckets=_STAGE_BUCKETS,
+            "kvgate_stage_seconds",
+            "Time per request stage",
+            ["stage"],
+            buckets=_STAGE_BUCKETS,
             registry=self.registry,
         )
-        self._retries = Counter("kvgate_retries", "Attempts retried on another worker", ["reason"],
-                                registry=self.registry)
+        self._retries = Counter(
+            "kvgate_retries", "Attempts retried on another worker", ["reason"], registry=self.registry
+        )
         self._cache: dict[tuple[str, ...], Counter | Histogram] = {}
 
     def attach_fleet(self, fleet: Fleet, load: LoadBoard) -> None:

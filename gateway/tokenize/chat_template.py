@@ -22,7 +22,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 DEFAULT_CHAT_TEMPLATE: Final = (
     "{%- if tools %}"
     "{{- '<|im_start|>system\\n' }}"
-    "{%- if messages and messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n\\n' }}{%- endif %}"
+    "{%- if messages and messages[0]['role'] == 'system' %}"
+    "{{- messages[0]['content'] + '\\n\\n' }}"
+    "{%- endif %}"
     "{{- '# Tools\\n' }}"
     "{%- for tool in tools %}{{- tool | tojson }}{{- '\\n' }}{%- endfor %}"
     "{{- '<|im_end|>\\n' }}"
@@ -64,7 +66,9 @@ def _tojson(
     separators: tuple[str, str] | None = None,
     sort_keys: bool = False,
 ) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 class ChatTemplate:

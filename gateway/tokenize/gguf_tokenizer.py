@@ -9,15 +9,17 @@ silently different tokenizer would make every prefix hash wrong. The metadata is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, TypeVar
 
-import struct
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from gateway.tokenize.gguf_metadata import read_gguf_metadata
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+
+_T = TypeVar("_T")
 
 _CONTROL: Final = 3
 _USER_DEFINED: Final = 4
@@ -45,7 +47,9 @@ def _digits_then_gpt2() -> pre_tokenizers.PreTokenizer:
 def _split_then_bytes(pattern: str) -> Callable[[], pre_tokenizers.PreTokenizer]:
     def build() -> pre_tokenizers.PreTokenizer:
         split = pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False)
-        return pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        return pre_tokenizers.Sequence(
+            [split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+        )
 
     return build
 
@@ -104,15 +108,21 @@ def read_gguf_tokenizer(path: str | Path) -> GGUFTokenizerData:
     template = meta.get("tokenizer.chat_template")
     return GGUFTokenizerData(
         model_name=str(meta.get("general.name", Path(path).stem)),
-        tokens=tuple(meta["tokenizer.ggml.tokens"]),
-        token_types=tuple(meta.get("tokenizer.ggml.token_type", ())),
-        merges=tuple(meta.get("tokenizer.ggml.merges", ())),
+        tokens=_typed_tuple(meta.get("tokenizer.ggml.tokens"), str),
+        token_types=_typed_tuple(meta.get("tokenizer.ggml.token_type", []), int),
+        merges=_typed_tuple(meta.get("tokenizer.ggml.merges", []), str),
         pre=str(meta.get("tokenizer.ggml.pre", "default")),
         bos_token_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         eos_token_id=_opt_int(meta.get("tokenizer.ggml.eos_token_id")),
         add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
         chat_template=template if isinstance(template, str) else None,
     )
+
+
+def _typed_tuple(value: object, kind: type[_T]) -> tuple[_T, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, kind) for v in value):
+        raise ValueError(f"GGUF tokenizer metadata: expected an array of {kind.__name__}")
+    return tuple(value)
 
 
 def _opt_int(value: object) -> int | None:
@@ -151,7 +161,7 @@ def _split_merge(merge: str) -> tuple[str, str]:
     return left, right
 
 
-def _added(data: GGUFTokenizerData, token_type: int, *, special: bool) -> Sequence[AddedToken]:
+def _added(data: GGUFTokenizerData, token_type: int, *, special: bool) -> list[AddedToken]:
     return [
         AddedToken(token, special=special, normalized=False)
         for token, kind in zip(data.tokens, data.token_types, strict=False)

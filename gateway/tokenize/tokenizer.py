@@ -64,7 +64,9 @@ class HFTokenizer:
 
     __slots__ = ("_bos", "_eos", "_eos_id", "_tok")
 
-    def __init__(self, tokenizer: RustTokenizer, *, bos_token: str | None = None, eos_token: str | None = None):
+    def __init__(
+        self, tokenizer: RustTokenizer, *, bos_token: str | None = None, eos_token: str | None = None
+    ):
         self._tok = tokenizer
         self._bos = bos_token
         self._eos = eos_token

@@ -81,7 +81,7 @@ class MaxQueueParams:
 
 
 class MaxQueueFilter:
-    """Keeps workers whose queue is at most ``max_queue_depth`` deep (all of them if none is, unless strict)."""
+    """Keeps workers whose queue is at most ``max_queue_depth`` deep (all if none is, unless strict)."""
 
     name = "max_queue"
 

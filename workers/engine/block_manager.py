@@ -122,6 +122,10 @@ class BlockManager:
             n += 1
         return n
 
+    def blocks_needed(self, num_tokens: int, block_hashes: Sequence[int]) -> int:
+        """Free-queue blocks ``allocate`` would take for this prompt (new ones plus revived cached ones)."""
+        return self._blocks_to_take(num_tokens, block_hashes)[1]
+
     def can_allocate(self, num_tokens: int, block_hashes: Sequence[int]) -> bool:
         return self._blocks_to_take(num_tokens, block_hashes)[1] <= len(self._free)
 

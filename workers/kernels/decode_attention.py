@@ -14,6 +14,7 @@ With ``UPCAST`` (fp32 inputs, or the CPU interpreter whose low-precision ``tl.do
 run in fp32 ("ieee"); otherwise they run on fp16/bf16 inputs with fp32 accumulation.
 """
 
+# ruff: noqa: N803  (Triton constexpr parameters are upper case by convention)
 from __future__ import annotations
 
 import torch
@@ -23,8 +24,8 @@ import triton.language as tl
 _LOG2E = 1.4426950408889634
 
 
-@triton.jit
-def _decode_kernel(
+@triton.jit  # type: ignore[untyped-decorator]
+def _decode_kernel(  # type: ignore[no-untyped-def]
     q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_ptr, qk_scale,
     stride_qb, stride_qh, stride_ob, stride_oh, stride_cb, stride_ct, stride_tb,
     GROUP: tl.constexpr, GROUP_P: tl.constexpr, HEAD_DIM: tl.constexpr, D_P: tl.constexpr,
@@ -61,10 +62,7 @@ def _decode_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if UPCAST:
-            pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
+        pv = tl.dot(p, v.to(tl.float32), input_precision="ieee") if UPCAST else tl.dot(p.to(v.dtype), v)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
     out = acc / l_i[:, None]
@@ -88,12 +86,19 @@ def paged_decode_attention(
     """
     batch, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
-    assert q.stride(2) == 1, "q must be contiguous in head_dim"
-    assert k_cache.is_contiguous() and v_cache.is_contiguous() and k_cache.shape == v_cache.shape
-    assert k_cache.shape[3] == head_dim and num_heads % num_kv_heads == 0, "GQA: H must be a multiple of Hkv"
-    assert block_tables.dtype == torch.int32 and block_tables.stride(1) == 1 and block_tables.shape[0] == batch
-    assert context_lens.dtype == torch.int32 and context_lens.shape == (batch,)
-    assert tile >= 16 and tile & (tile - 1) == 0, "tile must be a power of two >= 16"
+    assert q.stride(2) == 1, "q: [*, H, D] with head_dim contiguous"
+    assert k_cache.is_contiguous(), "k_cache: contiguous [num_blocks, block_size, Hkv, D]"
+    assert v_cache.is_contiguous(), "v_cache: contiguous [num_blocks, block_size, Hkv, D]"
+    assert k_cache.shape == v_cache.shape, "k_cache and v_cache must have the same shape"
+    assert k_cache.shape[3] == head_dim, "q and the caches must share head_dim"
+    assert num_heads % num_kv_heads == 0, "GQA: H must be a multiple of Hkv"
+    assert block_tables.dtype == torch.int32, "block_tables: int32"
+    assert block_tables.stride(1) == 1, "block_tables: rows contiguous"
+    assert block_tables.shape[0] == batch, "block_tables: one row per sequence"
+    assert context_lens.dtype == torch.int32, "context_lens: int32"
+    assert context_lens.shape == (batch,), "context_lens: [B]"
+    assert tile >= 16, "tile must be >= 16 (tl.dot)"
+    assert tile & (tile - 1) == 0, "tile must be a power of two"
     out = torch.empty((batch, num_heads, head_dim), dtype=q.dtype, device=q.device)
     group = num_heads // num_kv_heads
     _decode_kernel[(batch, num_kv_heads)](

@@ -15,6 +15,7 @@ Grid: (sequence, query tile of ``block_m`` rows, query head); tiles past a seque
 so the launch needs no host sync. ``UPCAST`` as in ``decode_attention``.
 """
 
+# ruff: noqa: N803  (Triton constexpr parameters are upper case by convention)
 from __future__ import annotations
 
 import torch
@@ -24,8 +25,8 @@ import triton.language as tl
 _LOG2E = 1.4426950408889634
 
 
-@triton.jit
-def _prefill_kernel(
+@triton.jit  # type: ignore[untyped-decorator]
+def _prefill_kernel(  # type: ignore[no-untyped-def]
     q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, cu_q_ptr, lens_ptr, out_ptr, qk_scale,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_ct, stride_tb,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_P: tl.constexpr, BLOCK_SIZE: tl.constexpr,
@@ -45,7 +46,9 @@ def _prefill_kernel(
     q_pos = ctx - q_len + rows  # KV position of each query row
     q_mask = (rows < q_len)[:, None] & (dims < HEAD_DIM)[None, :]
     tokens = (q_begin + rows).to(tl.int64)
-    q = tl.load(q_ptr + tokens[:, None] * stride_qt + head * stride_qh + dims[None, :], mask=q_mask, other=0.0)
+    q = tl.load(
+        q_ptr + tokens[:, None] * stride_qt + head * stride_qh + dims[None, :], mask=q_mask, other=0.0
+    )
     if UPCAST:
         q = q.to(tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -71,10 +74,7 @@ def _prefill_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if UPCAST:
-            pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
+        pv = tl.dot(p, v.to(tl.float32), input_precision="ieee") if UPCAST else tl.dot(p.to(v.dtype), v)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
     out = acc / l_i[:, None]
@@ -101,14 +101,21 @@ def paged_prefill_attention(
     total, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     batch = context_lens.shape[0]
-    assert q.stride(2) == 1, "q must be contiguous in head_dim"
-    assert k_cache.is_contiguous() and v_cache.is_contiguous() and k_cache.shape == v_cache.shape
-    assert k_cache.shape[3] == head_dim and num_heads % num_kv_heads == 0, "GQA: H must be a multiple of Hkv"
-    assert block_tables.dtype == torch.int32 and block_tables.stride(1) == 1 and block_tables.shape[0] == batch
-    assert context_lens.dtype == torch.int32 and cu_seqlens_q.dtype == torch.int32
-    assert cu_seqlens_q.shape == (batch + 1,)
+    assert q.stride(2) == 1, "q: [*, H, D] with head_dim contiguous"
+    assert k_cache.is_contiguous(), "k_cache: contiguous [num_blocks, block_size, Hkv, D]"
+    assert v_cache.is_contiguous(), "v_cache: contiguous [num_blocks, block_size, Hkv, D]"
+    assert k_cache.shape == v_cache.shape, "k_cache and v_cache must have the same shape"
+    assert k_cache.shape[3] == head_dim, "q and the caches must share head_dim"
+    assert num_heads % num_kv_heads == 0, "GQA: H must be a multiple of Hkv"
+    assert block_tables.dtype == torch.int32, "block_tables: int32"
+    assert block_tables.stride(1) == 1, "block_tables: rows contiguous"
+    assert block_tables.shape[0] == batch, "block_tables: one row per sequence"
+    assert context_lens.dtype == torch.int32, "context_lens: int32"
+    assert cu_seqlens_q.dtype == torch.int32, "cu_seqlens_q: int32"
+    assert cu_seqlens_q.shape == (batch + 1,), "cu_seqlens_q: [B + 1]"
     for tile in (block_m, block_n):
-        assert tile >= 16 and tile & (tile - 1) == 0, "tiles must be powers of two >= 16"
+        assert tile >= 16, "tiles must be >= 16 (tl.dot)"
+        assert tile & (tile - 1) == 0, "tiles must be powers of two"
     out = torch.empty((total, num_heads, head_dim), dtype=q.dtype, device=q.device)
     if total == 0:
         return out

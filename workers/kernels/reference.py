@@ -40,8 +40,15 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> to
     """The first ``length`` positions of one sequence: ``[length, Hkv, D]`` (a copy)."""
     block_size = cache.shape[1]
     num_blocks = -(-length // block_size)
-    blocks = cache[block_table[:num_blocks].long()]
-    return blocks.reshape(num_blocks * block_size, cache.shape[2], cache.shape[3])[:length]
+    blocks = cache.index_select(0, block_table[:num_blocks].long())
+    return blocks.view(num_blocks * block_size, cache.shape[2], cache.shape[3])[:length]
+
+
+def _gather_batch(cache: torch.Tensor, flat_table: torch.Tensor, batch: int) -> torch.Tensor:
+    """``[B, Hkv, nb * block_size, D]`` fp32 from a flattened ``[B * nb]`` block table (a copy)."""
+    # index_select on a flat table is far faster on CPU than advanced indexing with a 2-D index.
+    blocks = cache.index_select(0, flat_table)
+    return blocks.view(batch, -1, cache.shape[2], cache.shape[3]).transpose(1, 2).float().contiguous()
 
 
 def paged_decode_attention(
@@ -56,12 +63,10 @@ def paged_decode_attention(
     batch, _, _ = q.shape
     block_size = k_cache.shape[1]
     lens = context_lens.long()
-    max_len = int(lens.max())
-    num_blocks = -(-max_len // block_size)
-    table = block_tables[:, :num_blocks].long().clamp_(min=0)
-    # [B, nb, bs, Hkv, D] -> [B, Hkv, nb*bs, D]; padded positions are masked out below.
-    k = k_cache[table].flatten(1, 2).transpose(1, 2).float()
-    v = v_cache[table].flatten(1, 2).transpose(1, 2).float()
+    num_blocks = -(-int(lens.max()) // block_size)
+    table = block_tables[:, :num_blocks].reshape(-1).long().clamp_(min=0)
+    k = _gather_batch(k_cache, table, batch)
+    v = _gather_batch(v_cache, table, batch)
     positions = torch.arange(num_blocks * block_size, device=q.device)
     mask = (positions[None, :] < lens[:, None]).view(batch, 1, 1, -1)
     out = F.scaled_dot_product_attention(
@@ -92,11 +97,15 @@ def paged_prefill_attention(
         q_len = end - start
         if q_len == 0:
             continue
-        k = gather_kv(k_cache, block_tables[b], kv_len).transpose(0, 1).float()
-        v = gather_kv(v_cache, block_tables[b], kv_len).transpose(0, 1).float()
-        query_pos = torch.arange(kv_len - q_len, kv_len, device=q.device)
-        mask = torch.arange(kv_len, device=q.device)[None, :] <= query_pos[:, None]
-        qb = q[start:end].transpose(0, 1).float()
-        ob = F.scaled_dot_product_attention(qb, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
-        out[start:end] = ob.transpose(0, 1).to(q.dtype)
+        # 4-D inputs take torch's fused CPU attention kernel (3-D ones fall back to the slow math path).
+        k = gather_kv(k_cache, block_tables[b], kv_len).transpose(0, 1).unsqueeze(0).float()
+        v = gather_kv(v_cache, block_tables[b], kv_len).transpose(0, 1).unsqueeze(0).float()
+        qb = q[start:end].transpose(0, 1).unsqueeze(0).float()
+        if q_len == kv_len:  # no cached prefix: plain causal
+            ob = F.scaled_dot_product_attention(qb, k, v, is_causal=True, scale=scale, enable_gqa=True)
+        else:
+            query_pos = torch.arange(kv_len - q_len, kv_len, device=q.device)
+            mask = torch.arange(kv_len, device=q.device)[None, :] <= query_pos[:, None]
+            ob = F.scaled_dot_product_attention(qb, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+        out[start:end] = ob[0].transpose(0, 1).to(q.dtype)
     return out

@@ -11,6 +11,7 @@ Layouts assumed (asserted in ``store_kv``):
 One program per token copies its ``Hkv * D`` values for K and for V.
 """
 
+# ruff: noqa: N803  (Triton constexpr parameters are upper case by convention)
 from __future__ import annotations
 
 import torch
@@ -18,8 +19,8 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
-def _store_kv_kernel(
+@triton.jit  # type: ignore[untyped-decorator]
+def _store_kv_kernel(  # type: ignore[no-untyped-def]
     k_ptr,
     v_ptr,
     k_cache_ptr,
@@ -53,11 +54,16 @@ def store_kv(
     """Write ``k``/``v`` (``[T, Hkv, D]``) into their cache slots in place; slot ``-1`` is skipped."""
     num_tokens, num_kv_heads, head_dim = k.shape
     assert v.shape == k.shape, "k and v must both be [T, Hkv, D]"
-    assert k.stride(2) == 1 and k.stride(1) == head_dim, "k rows must be contiguous over (Hkv, D)"
-    assert v.stride(2) == 1 and v.stride(1) == head_dim, "v rows must be contiguous over (Hkv, D)"
-    assert k_cache.is_contiguous() and v_cache.is_contiguous(), "caches must be contiguous"
-    assert k_cache.shape == v_cache.shape and k_cache.shape[2:] == (num_kv_heads, head_dim)
-    assert slot_mapping.shape == (num_tokens,) and slot_mapping.dtype == torch.int64
+    assert k.stride(2) == 1, "k rows must be contiguous over (Hkv, D)"
+    assert k.stride(1) == head_dim, "k rows must be contiguous over (Hkv, D)"
+    assert v.stride(2) == 1, "v rows must be contiguous over (Hkv, D)"
+    assert v.stride(1) == head_dim, "v rows must be contiguous over (Hkv, D)"
+    assert k_cache.is_contiguous(), "caches must be contiguous"
+    assert v_cache.is_contiguous(), "caches must be contiguous"
+    assert k_cache.shape == v_cache.shape
+    assert k_cache.shape[2:] == (num_kv_heads, head_dim)
+    assert slot_mapping.shape == (num_tokens,)
+    assert slot_mapping.dtype == torch.int64
     if num_tokens == 0:
         return
     row = num_kv_heads * head_dim

@@ -196,7 +196,7 @@ class RedisTier:
             for h, value in blocks:
                 pipe.set(block_key(prefix, model, h), value, px=px)
 
-        done = await self._guarded("put", lambda: self._pipeline(add), [])
+        done: list[Any] = await self._guarded("put", lambda: self._pipeline(add), [])
         stored = [h for (h, _), ok in zip(blocks, done, strict=False) if ok]
         self._stats.stored_blocks += len(stored)
         self._stats.stored_bytes += sum(len(v) for (_, v), ok in zip(blocks, done, strict=False) if ok)

@@ -1,0 +1,55 @@
+"""The one place that turns exceptions into OpenAI error responses; tracebacks never reach clients."""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.errors import KvgateError, error_body
+from gateway.proxy.responses import JSON_TYPE, Send, send_whole
+
+logger = logging.getLogger(__name__)
+
+_HTTP_CODES = {404: ("not_found_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed")}
+
+
+class InternalError(KvgateError):
+    """An unexpected failure inside the gateway (a bug); the client sees a generic 500."""
+
+    default_code = "internal_error"
+
+
+def error_response(exc: KvgateError) -> Response:
+    """A Starlette response carrying ``exc`` in OpenAI's shape."""
+    return Response(exc.body(), status_code=exc.status, media_type="application/json")
+
+
+async def send_error(send: Send, exc: KvgateError) -> None:
+    """Send ``exc`` as a complete OpenAI error response on a raw ASGI channel."""
+    body = exc.body()
+    headers = [(b"content-type", JSON_TYPE), (b"content-length", str(len(body)).encode())]
+    await send_whole(send, exc.status, headers, body)
+
+
+def unexpected(exc: BaseException) -> KvgateError:
+    """Log an unexpected exception with its traceback and return the generic error the client gets."""
+    logger.error("unexpected error while handling a request", exc_info=exc)
+    return InternalError("the gateway failed unexpectedly; the error was logged")
+
+
+async def kvgate_error_handler(_request: Request, exc: Exception) -> Response:
+    if isinstance(exc, KvgateError):
+        return error_response(exc)
+    return error_response(unexpected(exc))
+
+
+async def http_error_handler(_request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    error_type, code = _HTTP_CODES.get(status, ("invalid_request_error", "http_error"))
+    detail = exc.detail if isinstance(exc, HTTPException) else "error"
+    return Response(
+        error_body(str(detail), error_type, code), status_code=status, media_type="application/json"
+    )

@@ -1,0 +1,74 @@
+"""``create_app(settings, deps=None)``: the gateway's ASGI application.
+
+A Starlette app rather than FastAPI: no route here uses dependency injection or request models, and the
+completion routes are raw ASGI callables, so FastAPI would only add per-request overhead. The lifespan
+opens ``Deps``, probes the fleet once so the first request finds healthy workers, and runs the background
+loops in one ``TaskGroup`` until shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+
+from gateway.api import admin_routes, health_routes
+from gateway.api.errors import http_error_handler, kvgate_error_handler
+from gateway.api.openai_routes import CompletionEndpoint, list_models
+from gateway.deps import DepsOverrides, open_deps
+from gateway.errors import KvgateError
+from gateway.settings import Settings
+from gateway.tokenize.analyzer import Endpoint
+
+logger = logging.getLogger(__name__)
+
+
+def _routes() -> list[Route]:
+    return [
+        Route("/v1/chat/completions", CompletionEndpoint(Endpoint.CHAT), methods=["POST"]),
+        Route("/v1/completions", CompletionEndpoint(Endpoint.COMPLETIONS), methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/health", health_routes.health, methods=["GET"]),
+        Route("/ready", health_routes.ready, methods=["GET"]),
+        Route("/metrics", health_routes.metrics, methods=["GET"]),
+        Route("/admin/workers", admin_routes.list_workers, methods=["GET"]),
+        Route("/admin/workers", admin_routes.register_worker, methods=["POST"]),
+        Route("/admin/workers/{worker_id:path}", admin_routes.drain_worker, methods=["DELETE"]),
+        Route("/admin/route", admin_routes.explain_route, methods=["POST"]),
+    ]
+
+
+def create_app(settings: Settings, deps: DepsOverrides | None = None) -> Starlette:
+    """Build the gateway app; nothing starts until the ASGI lifespan runs.
+
+    Args:
+        settings: validated settings.
+        deps: parts to inject instead of building them (tests); the rest is built from ``settings``.
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with open_deps(settings, deps) as built:
+            app.state.deps = built
+            await built.health.round()
+            async with asyncio.TaskGroup() as tasks:
+                health = tasks.create_task(built.health.run(), name="health-checks")
+                try:
+                    yield
+                finally:
+                    health.cancel()
+
+    return Starlette(
+        routes=_routes(),
+        lifespan=lifespan,
+        exception_handlers={
+            KvgateError: kvgate_error_handler,
+            HTTPException: http_error_handler,
+            Exception: kvgate_error_handler,
+        },
+    )

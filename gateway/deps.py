@@ -1,0 +1,189 @@
+"""``Deps``: every long-lived object of one gateway, built once by ``open_deps`` inside the lifespan.
+
+Resources are entered on one ``AsyncExitStack`` so they close in reverse order. Tests replace parts with
+``DepsOverrides`` (a fake policy, analyzer, KV service or state) through ``create_app(settings, deps=…)``.
+Background loops (health checks) are started by the lifespan in ``gateway.app``, not here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+import httpx
+
+from gateway.errors import ConfigError
+from gateway.fleet.health import HealthChecker
+from gateway.fleet.registry import Fleet, WorkerRecord
+from gateway.kvindex.index import KVIndex
+from gateway.observability.metrics import Metrics
+from gateway.proxy.forward import Proxy
+from gateway.proxy.upstream import open_upstream
+from gateway.routing.router import Router
+from gateway.settings import Settings
+from gateway.state.factory import State, open_state
+from gateway.tokenize.analyzer import PromptAnalyzer
+from policies.api import Need, Policy, PolicyContext
+
+logger = logging.getLogger(__name__)
+
+
+class KVService(Protocol):
+    """What the gateway uses of the KV service (``gateway.kvindex.service``)."""
+
+    @property
+    def index(self) -> KVIndex: ...
+
+    @property
+    def degraded(self) -> bool: ...
+
+    def add_worker(self, worker_id: str, url: str) -> None: ...
+
+    def remove_worker(self, worker_id: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DepsOverrides:
+    """Parts to use instead of building them from settings (tests, embedding)."""
+
+    policy: Policy | None = None
+    analyzer: PromptAnalyzer | None = None
+    kv_service: KVService | None = None
+    state: State | None = None
+    clock: Callable[[], float] = time.monotonic
+
+
+@dataclass(frozen=True, slots=True)
+class Deps:
+    """The gateway's dependencies; handlers reach them through ``request.app.state.deps``."""
+
+    settings: Settings
+    state: State
+    control: httpx.AsyncClient
+    upstream: aiohttp.ClientSession
+    policy: Policy
+    analyzer: PromptAnalyzer | None
+    kv: KVService | None
+    fleet: Fleet
+    router: Router
+    proxy: Proxy
+    health: HealthChecker
+    metrics: Metrics
+
+    def on_worker_added(self, record: WorkerRecord) -> None:
+        """Start following a newly registered worker's KV events."""
+        if self.kv is not None:
+            self.kv.add_worker(record.id, record.url)
+
+    def on_worker_removed(self, worker_id: str) -> None:
+        if self.kv is not None:
+            self.kv.remove_worker(worker_id)
+
+
+def build_policy(settings: Settings, clock: Callable[[], float]) -> Policy:
+    """The configured policy from the registry (built-ins plus ``kvgate.policies`` entry points).
+
+    Raises:
+        ConfigError: the policy is unknown or its parameters are wrong (the message lists what exists).
+    """
+    registry: Any = importlib.import_module("policies.registry")
+    ctx = PolicyContext(clock=clock, rng=random.Random(0), block_size=settings.block_size)
+    try:
+        policy: Policy = registry.build_policy(settings.policy, ctx)
+    except ValueError as exc:
+        raise ConfigError(f"--policy: {exc}") from exc
+    return policy
+
+
+async def build_analyzer(
+    settings: Settings, policy: Policy, client: httpx.AsyncClient
+) -> PromptAnalyzer | None:
+    """The prompt analyzer when the policy needs tokens or block hashes, else None.
+
+    Raises:
+        ConfigError: the policy needs tokens but ``--tokenizer none`` was given or none could be loaded.
+    """
+    if not policy.needs & {Need.TOKENS, Need.BLOCK_HASHES}:
+        return None
+    if settings.tokenizer == "none":
+        raise ConfigError(f"policy {policy.name!r} needs prompt tokens; give --tokenizer auto|bytes|PATH")
+    factory: Any = importlib.import_module("gateway.tokenize.factory")
+    analyzer: PromptAnalyzer | None = await factory.build_analyzer(
+        settings.tokenizer,
+        block_size=settings.block_size,
+        worker_urls=[w.url for w in settings.workers],
+        client=client,
+    )
+    if analyzer is None:
+        raise ConfigError(
+            f"policy {policy.name!r} needs prompt tokens but --tokenizer {settings.tokenizer!r} "
+            "gave no tokenizer; point --tokenizer at a tokenizer.json or use 'bytes'"
+        )
+    return analyzer
+
+
+def _open_kv(
+    settings: Settings, client: httpx.AsyncClient, clock: Callable[[], float]
+) -> AbstractAsyncContextManager[KVService]:
+    module: Any = importlib.import_module("gateway.kvindex.service")
+    cm: AbstractAsyncContextManager[KVService] = module.open_kv_service(
+        state_url=settings.state_url, block_size=settings.block_size, client=client, clock=clock
+    )
+    return cm
+
+
+@asynccontextmanager
+async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) -> AsyncIterator[Deps]:
+    """Build every dependency of the gateway; close them in reverse order on exit.
+
+    Raises:
+        ConfigError: the configuration cannot work (unknown policy, missing tokenizer, bad state URL).
+    """
+    ov = overrides or DepsOverrides()
+    async with AsyncExitStack() as stack:
+        metrics = Metrics()
+        state = (
+            ov.state
+            if ov.state is not None
+            else await stack.enter_async_context(open_state(settings.state_url))
+        )
+        control = await stack.enter_async_context(
+            httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=settings.timeouts.connect_s))
+        )
+        upstream = await stack.enter_async_context(
+            open_upstream(pool_size=settings.upstream_pool_size, timeouts=settings.timeouts)
+        )
+        policy = ov.policy or build_policy(settings, ov.clock)
+        analyzer = ov.analyzer or await build_analyzer(settings, policy, control)
+        kv = ov.kv_service
+        if kv is None and Need.PREFIX_HITS in policy.needs:
+            kv = await stack.enter_async_context(_open_kv(settings, control, ov.clock))
+        fleet = Fleet(breaker=settings.breaker, clock=ov.clock)
+        for spec in settings.workers:
+            fleet.add(spec)
+            if kv is not None:
+                kv.add_worker(spec.id, spec.url)
+        metrics.attach_fleet(fleet, state.load)
+        router = Router(
+            fleet=fleet, load=state.load, policy=policy, analyzer=analyzer,
+            kv_index=kv.index if kv is not None else None, block_size=settings.block_size, metrics=metrics,
+        )  # fmt: skip
+        proxy = Proxy(
+            session=upstream, router=router, load=state.load, metrics=metrics, timeouts=settings.timeouts,
+            retry=settings.retry, rng=random.Random(),
+        )  # fmt: skip
+        health = HealthChecker(
+            fleet, control, state.load, interval_s=settings.health_interval_s,
+            on_removed=kv.remove_worker if kv is not None else lambda _id: None,
+        )  # fmt: skip
+        yield Deps(
+            settings=settings, state=state, control=control, upstream=upstream, policy=policy,
+            analyzer=analyzer, kv=kv, fleet=fleet, router=router, proxy=proxy, health=health, metrics=metrics,
+        )  # fmt: skip

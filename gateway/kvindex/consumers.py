@@ -1,0 +1,180 @@
+"""Worker feeds: a worker's ``GET /kv/blocks`` snapshot and its ``GET /kv/events`` SSE stream.
+
+``run_worker_feed`` keeps one worker's feed alive (reconnects with capped exponential backoff). On every
+(re)connect it opens the SSE stream first, then fetches the snapshot and hands it over (the consumer clears
+the worker's entries and stores the snapshot), then passes on the buffered and live events: every event
+after the snapshot point is applied after the snapshot, so the result is exact. Where the events go (the
+local index, or the Redis stream) is the caller's sink; the Redis stream side lives in ``stream.py``.
+
+Worker ids: a worker names itself in its events and snapshot (its self-reported id); the gateway registry
+has its own id for it. ``AliasMap`` maps the first to the second and is learned from each snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway.kvcontract.events import EventDecodeError, EventType, KVEvent, Tier, event_from_dict
+
+logger = logging.getLogger(__name__)
+
+EventsSink = Callable[[Sequence[KVEvent]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class BlocksSnapshot:
+    """A worker's ``GET /kv/blocks``: its self-reported id, block size and the hashes per tier."""
+
+    worker: str
+    block_size: int
+    tiers: dict[Tier, tuple[int, ...]]
+
+    def as_events(self, worker: str) -> list[KVEvent]:
+        """``cleared`` for the worker's GPU entries, then ``stored`` per tier, all under ``worker``."""
+        events = [KVEvent(worker=worker, type=EventType.CLEARED, tier=Tier.GPU)]
+        events.extend(
+            KVEvent(worker=worker, type=EventType.STORED, tier=tier, hashes=hashes)
+            for tier, hashes in self.tiers.items()
+            if hashes
+        )
+        return events
+
+
+def parse_snapshot(obj: Any) -> BlocksSnapshot:
+    """Validate a ``/kv/blocks`` body: ``{"worker": id, "block_size": n, "tiers": {"gpu": [...], ...}}``.
+
+    Raises:
+        EventDecodeError: the body does not have that shape.
+    """
+    if not isinstance(obj, dict):
+        raise EventDecodeError("/kv/blocks must be a JSON object")
+    worker, block_size, tiers = obj.get("worker"), obj.get("block_size"), obj.get("tiers")
+    if not isinstance(worker, str) or not isinstance(block_size, int) or not isinstance(tiers, dict):
+        raise EventDecodeError("/kv/blocks needs worker (str), block_size (int) and tiers (object)")
+    parsed: dict[Tier, tuple[int, ...]] = {}
+    for name, hashes in tiers.items():
+        try:
+            tier = Tier(name)
+        except ValueError as exc:
+            raise EventDecodeError(f"/kv/blocks: unknown tier {name!r}") from exc
+        if not isinstance(hashes, list) or not all(isinstance(h, int) and 0 <= h < 2**64 for h in hashes):
+            raise EventDecodeError(f"/kv/blocks: tier {name!r} must list unsigned 64-bit hashes")
+        parsed[tier] = tuple(hashes)
+    return BlocksSnapshot(worker=worker, block_size=block_size, tiers=parsed)
+
+
+def parse_event_payload(data: bytes | str) -> list[KVEvent]:
+    """One SSE ``data`` payload or stream field: a JSON event object or an array of them.
+
+    Raises:
+        EventDecodeError: not JSON, or not events.
+    """
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise EventDecodeError(f"event payload is not JSON: {exc}") from exc
+    if isinstance(obj, list):
+        return [event_from_dict(o) for o in obj]
+    return [event_from_dict(obj)]
+
+
+class AliasMap:
+    """Self-reported worker id -> gateway registry id; unknown ids pass through unchanged."""
+
+    __slots__ = ("_to_registry",)
+
+    def __init__(self) -> None:
+        self._to_registry: dict[str, str] = {}
+
+    def learn(self, reported: str, registry_id: str) -> None:
+        self._to_registry[reported] = registry_id
+
+    def forget(self, registry_id: str) -> None:
+        for reported in [r for r, g in self._to_registry.items() if g == registry_id]:
+            del self._to_registry[reported]
+
+    def resolve(self, reported: str) -> str:
+        return self._to_registry.get(reported, reported)
+
+    def translate(self, events: Sequence[KVEvent]) -> list[KVEvent]:
+        """Events with the worker field mapped to registry ids."""
+        get = self._to_registry.get
+        return [e if (w := get(e.worker)) is None else replace(e, worker=w) for e in events]
+
+
+@dataclass(frozen=True, slots=True)
+class FeedConfig:
+    """Reconnect and validation settings of a worker feed."""
+
+    block_size: int
+    backoff_initial_s: float = 0.1
+    backoff_max_s: float = 5.0
+
+
+async def fetch_snapshot(client: httpx.AsyncClient, url: str) -> BlocksSnapshot:
+    """GET ``{url}/kv/blocks`` and validate it."""
+    resp = await client.get(f"{url.rstrip('/')}/kv/blocks")
+    resp.raise_for_status()
+    return parse_snapshot(orjson.loads(resp.content))
+
+
+async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``data`` payloads of an SSE stream (multi-line data joined by newlines; comments skipped)."""
+    buf: list[str] = []
+    async for line in lines:
+        if not line:
+            if buf:
+                yield "\n".join(buf)
+                buf = []
+        elif line.startswith("data:"):
+            buf.append(line[5:].removeprefix(" "))
+    if buf:
+        yield "\n".join(buf)
+
+
+async def run_worker_feed(
+    *,
+    url: str,
+    client: httpx.AsyncClient,
+    config: FeedConfig,
+    on_snapshot: Callable[[BlocksSnapshot], Awaitable[None]],
+    on_events: EventsSink,
+) -> None:
+    """Follow one worker forever: snapshot + SSE events, reconnecting with backoff. Cancel to stop."""
+    delay = config.backoff_initial_s
+    while True:
+        try:
+            await _follow_once(url, client, config, on_snapshot, on_events)
+            delay = config.backoff_initial_s
+        except (httpx.HTTPError, EventDecodeError, OSError) as exc:
+            logger.info("kv feed from %s interrupted (%s); retrying in %.1fs", url, exc, delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, config.backoff_max_s)
+
+
+async def _follow_once(
+    url: str,
+    client: httpx.AsyncClient,
+    config: FeedConfig,
+    on_snapshot: Callable[[BlocksSnapshot], Awaitable[None]],
+    on_events: EventsSink,
+) -> None:
+    timeout = httpx.Timeout(10.0, read=None)
+    async with client.stream("GET", f"{url.rstrip('/')}/kv/events", timeout=timeout) as resp:
+        resp.raise_for_status()
+        snapshot = await fetch_snapshot(client, url)
+        if snapshot.block_size != config.block_size:
+            raise EventDecodeError(
+                f"worker {url} uses block size {snapshot.block_size}, the gateway {config.block_size}: "
+                "start both with the same --block-size (its blocks cannot match otherwise)"
+            )
+        await on_snapshot(snapshot)
+        async for data in sse_data(resp.aiter_lines()):
+            await on_events(parse_event_payload(data))

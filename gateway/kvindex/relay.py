@@ -1,0 +1,171 @@
+"""Redis backplane of the KV service: the stream reader feeding the local copy, and per-worker relays.
+
+Roles per worker, decided every ``lease_s / 3`` seconds:
+
+- ``lead``: this replica holds the worker's relay lease; it follows the worker's SSE feed and publishes
+  the snapshot and the events to the stream (all replicas, itself included, apply them from there).
+- ``follow``: another replica relays; this one only reads the stream.
+- ``local``: Redis is unreachable; this replica follows the worker directly into its local copy, so
+  routing keeps precise data while degraded. When Redis returns, one replica leads again and re-publishes
+  a snapshot.
+
+Imported only for ``redis://`` state (it imports the Redis client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from enum import Enum
+
+import httpx
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.kvcontract.events import KVEvent
+from gateway.kvindex.consumers import BlocksSnapshot, EventsSink, FeedConfig, fetch_snapshot, run_worker_feed
+from gateway.kvindex.stream import StreamReader, claim_relay, last_entry_id, publish_events
+
+logger = logging.getLogger(__name__)
+
+SnapshotSink = Callable[[BlocksSnapshot], Awaitable[None]]
+_REDIS_DOWN = (RedisError, OSError)
+
+
+class Role(Enum):
+    LEAD = "lead"
+    FOLLOW = "follow"
+    LOCAL = "local"
+
+
+class RedisBackplane:
+    """Keeps a replica's local index in step with the fleet through Redis; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        redis: Redis,
+        client: httpx.AsyncClient,
+        feed: FeedConfig,
+        apply: Callable[[Sequence[KVEvent]], None],
+        clock: Callable[[], float],
+        token: str,
+        lease_s: float,
+        maxlen: int,
+        warn_interval_s: float,
+    ) -> None:
+        self._redis = redis
+        self._client = client
+        self._feed = feed
+        self._apply = apply
+        self._clock = clock
+        self._token = token
+        self._lease_s = lease_s
+        self._maxlen = maxlen
+        self._warn_interval_s = warn_interval_s
+        self._last_warning = float("-inf")
+        self._reader: StreamReader | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self.degraded = False
+
+    @property
+    def reader(self) -> StreamReader | None:
+        return self._reader
+
+    async def start(self, tasks: asyncio.TaskGroup) -> None:
+        """Find the stream position to read from and start the reader task."""
+        try:
+            start_id = await last_entry_id(self._redis)
+        except _REDIS_DOWN as exc:
+            self.mark_down(exc)
+            start_id = b"0-0"
+        self._reader = StreamReader(self._redis, self._apply, start_id=start_id)
+        self._reader_task = tasks.create_task(self._read_loop(self._reader), name="kv-stream-reader")
+
+    def stop(self) -> None:
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+
+    def mark_down(self, exc: BaseException) -> None:
+        """Record that Redis failed; warn at most once per interval."""
+        self.degraded = True
+        now = self._clock()
+        if now - self._last_warning >= self._warn_interval_s:
+            self._last_warning = now
+            logger.warning("Redis state unreachable (%s): routing on the local KV index copy", exc)
+
+    async def _read_loop(self, reader: StreamReader) -> None:
+        delay = self._feed.backoff_initial_s
+        while True:
+            try:
+                await reader.read_once()
+            except _REDIS_DOWN as exc:
+                self.mark_down(exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._feed.backoff_max_s)
+                continue
+            if self.degraded:
+                logger.warning("Redis state reachable again: KV index follows the shared stream")
+            self.degraded = False
+            delay = self._feed.backoff_initial_s
+
+    async def follow_worker(self, worker_id: str, url: str, local: tuple[SnapshotSink, EventsSink]) -> None:
+        """Per-worker loop: a local snapshot first, then lead/follow/local as the lease and Redis allow."""
+        has_snapshot = await self._try_local_snapshot(url, local[0])
+        renew_s = self._lease_s / 3
+        while True:
+            role = await self._claim(worker_id)
+            if role is Role.FOLLOW:
+                if not has_snapshot:
+                    has_snapshot = await self._try_local_snapshot(url, local[0])
+                await asyncio.sleep(renew_s)
+                continue
+            sinks = local if role is Role.LOCAL else self._lead_sinks(local)
+            feed = asyncio.ensure_future(
+                run_worker_feed(url=url, client=self._client, config=self._feed, on_snapshot=sinks[0],
+                                on_events=sinks[1])
+            )  # fmt: skip
+            try:
+                has_snapshot = True
+                while not feed.done():
+                    await asyncio.sleep(renew_s)
+                    if await self._claim(worker_id) is not role:
+                        break
+            finally:
+                feed.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await feed
+
+    async def _claim(self, worker_id: str) -> Role:
+        try:
+            held = await claim_relay(self._redis, worker_id, self._token, int(self._lease_s * 1000))
+        except _REDIS_DOWN as exc:
+            self.mark_down(exc)
+            return Role.LOCAL
+        return Role.LEAD if held else Role.FOLLOW
+
+    async def _try_local_snapshot(self, url: str, sink: SnapshotSink) -> bool:
+        try:
+            await sink(await fetch_snapshot(self._client, url))
+        except (httpx.HTTPError, ValueError) as exc:
+            logger.info("no /kv/blocks snapshot from %s yet (%s)", url, exc)
+            return False
+        return True
+
+    def _lead_sinks(self, local: tuple[SnapshotSink, EventsSink]) -> tuple[SnapshotSink, EventsSink]:
+        local_snapshot, local_events = local
+
+        async def on_snapshot(snapshot: BlocksSnapshot) -> None:
+            await local_snapshot(snapshot)  # learns the alias; the stream repeats it harmlessly
+            await on_events(snapshot.as_events(snapshot.worker))
+
+        async def on_events(events: Sequence[KVEvent]) -> None:
+            try:
+                await publish_events(self._redis, events, maxlen=self._maxlen)
+            except _REDIS_DOWN as exc:
+                self.mark_down(exc)
+                await local_events(events)
+
+        return on_snapshot, on_events

@@ -1,0 +1,238 @@
+"""The KV service: the index a gateway looks up, plus the background feeds that keep it current.
+
+``open_kv_service`` picks the wiring from the state URL:
+
+- ``memory``: one SSE feed per worker (``consumers.py``) applies events straight to the index.
+- ``redis://…``: every replica keeps a local ``MemoryKVIndex`` (a lookup never waits on Redis), fed by the
+  ``kvgate:events`` stream. One replica per worker (``stream.claim_relay``) relays the worker's SSE feed to
+  the stream; each replica also takes a ``/kv/blocks`` snapshot at start so a restarted gateway rebuilds.
+  Redis down: ``degraded`` is set, a warning is logged once per interval, and every replica follows the
+  workers' SSE feeds directly until Redis answers again; lookups go on from the local copy.
+
+With ``KVServiceConfig.approximate`` set the index is an ``ApproximateKVIndex`` fed only by routing.
+Policies and metrics live elsewhere (``policies/``, ``observability/``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import httpx
+
+from gateway.kvcontract.events import KVEvent
+from gateway.kvindex.approximate import ApproximateIndexConfig, ApproximateKVIndex
+from gateway.kvindex.consumers import (
+    AliasMap,
+    BlocksSnapshot,
+    EventsSink,
+    FeedConfig,
+    fetch_snapshot,
+    run_worker_feed,
+)
+from gateway.kvindex.index import KVIndex
+from gateway.kvindex.memory import MemoryIndexConfig, MemoryKVIndex
+from gateway.kvindex.stream import wait_for_entry
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from gateway.kvindex.relay import RedisBackplane, SnapshotSink
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class KVServiceConfig:
+    """Tuning of the KV service; the defaults need no change.
+
+    Attributes:
+        index: limits of the precise index (memory budget, prediction TTL).
+        approximate: set for backends without KV events: the index is then guessed from routing.
+        backoff_initial_s: first reconnect delay of a worker feed or of the Redis reader.
+        backoff_max_s: cap of the reconnect delay.
+        relay_lease_s: lease of a replica on relaying one worker's events to Redis.
+        stream_maxlen: approximate cap of the Redis stream.
+        degraded_warn_interval_s: at most one "Redis unreachable" warning per interval.
+    """
+
+    index: MemoryIndexConfig = field(default_factory=MemoryIndexConfig)
+    approximate: ApproximateIndexConfig | None = None
+    backoff_initial_s: float = 0.1
+    backoff_max_s: float = 5.0
+    relay_lease_s: float = 5.0
+    stream_maxlen: int = 100_000
+    degraded_warn_interval_s: float = 30.0
+
+
+class KVService:
+    """The index plus the worker feeds that keep it current; built by ``open_kv_service``.
+
+    ``add_worker``/``remove_worker`` are synchronous: they start or stop background tasks owned by the
+    service's task group. ``index`` lookups are synchronous and in-process.
+    """
+
+    def __init__(
+        self,
+        *,
+        index: KVIndex,
+        client: httpx.AsyncClient,
+        feed: FeedConfig,
+        tasks: asyncio.TaskGroup,
+        backplane: RedisBackplane | None,
+    ) -> None:
+        self.index = index
+        self.aliases = AliasMap()
+        self._client = client
+        self._feed = feed
+        self._tasks = tasks
+        self._backplane = backplane
+        self._workers: dict[str, asyncio.Task[None]] = {}
+
+    @property
+    def degraded(self) -> bool:
+        """True while the shared state (Redis) is unreachable; always false for ``memory``."""
+        return self._backplane is not None and self._backplane.degraded
+
+    def attach(self, backplane: RedisBackplane) -> None:
+        """Route worker feeds through a Redis backplane (before any ``add_worker``)."""
+        self._backplane = backplane
+
+    @property
+    def workers(self) -> dict[str, asyncio.Task[None]]:
+        return self._workers
+
+    def add_worker(self, worker_id: str, url: str) -> None:
+        """Start following a worker (idempotent for the same id): its snapshot, then its events.
+
+        Args:
+            worker_id: the gateway registry's id; events carrying the worker's self-reported id are
+                translated to it once the worker's ``/kv/blocks`` has been read.
+            url: the worker's base URL.
+        """
+        if worker_id in self._workers or isinstance(self.index, ApproximateKVIndex):
+            return
+        if self._backplane is not None:
+            coro = self._backplane.follow_worker(worker_id, url, self._local_sinks(worker_id))
+        else:
+            on_snapshot, on_events = self._local_sinks(worker_id)
+            coro = run_worker_feed(
+                url=url, client=self._client, config=self._feed, on_snapshot=on_snapshot, on_events=on_events
+            )
+        self._workers[worker_id] = self._tasks.create_task(coro, name=f"kv-feed-{worker_id}")
+        logger.info("following KV events of worker %s at %s", worker_id, url)
+
+    def remove_worker(self, worker_id: str) -> None:
+        """Stop following a worker and forget its blocks."""
+        task = self._workers.pop(worker_id, None)
+        if task is not None:
+            task.cancel()
+        self.aliases.forget(worker_id)
+        self.index.remove_worker(worker_id)
+
+    async def wait_for_stream(self, entry_id: bytes, timeout_s: float = 10.0) -> None:
+        """Until this replica has applied the stream entry ``entry_id`` (a barrier for tests and tools).
+
+        Raises:
+            RuntimeError: the service has no Redis backplane.
+            TimeoutError: not reached within ``timeout_s``.
+        """
+        reader = self._backplane.reader if self._backplane is not None else None
+        if reader is None:
+            raise RuntimeError("wait_for_stream needs redis:// state")
+        await wait_for_entry(reader, entry_id, timeout_s)
+
+    async def snapshot_worker(self, worker_id: str, url: str) -> None:
+        """Rebuild one worker's entries from its ``/kv/blocks`` now (on demand; feeds do it on connect)."""
+        on_snapshot, _ = self._local_sinks(worker_id)
+        await on_snapshot(await fetch_snapshot(self._client, url))
+
+    def _local_sinks(self, worker_id: str) -> tuple[SnapshotSink, EventsSink]:
+        async def on_snapshot(snapshot: BlocksSnapshot) -> None:
+            self.aliases.learn(snapshot.worker, worker_id)
+            for event in snapshot.as_events(worker_id):
+                self.index.apply(event)
+
+        async def on_events(events: Sequence[KVEvent]) -> None:
+            self.apply_events(events)
+
+        return on_snapshot, on_events
+
+    def apply_events(self, events: Sequence[KVEvent]) -> None:
+        """Apply events carrying self-reported worker ids to the local index."""
+        apply = self.index.apply
+        for event in self.aliases.translate(events):
+            apply(event)
+
+
+@contextlib.asynccontextmanager
+async def open_kv_service(
+    *,
+    state_url: str,
+    block_size: int,
+    client: httpx.AsyncClient,
+    clock: Callable[[], float] = time.monotonic,
+    config: KVServiceConfig | None = None,
+    on_evict: Callable[[int], None] | None = None,
+) -> AsyncIterator[KVService]:
+    """Run the KV service for the lifetime of the context.
+
+    Args:
+        state_url: ``memory`` or ``redis://host:port/db``.
+        block_size: the gateway's block size; a worker reporting another one is not indexed.
+        client: shared HTTP client for ``/kv/blocks`` and ``/kv/events``.
+        clock: monotonic seconds (prediction TTLs, approximate TTLs, warning intervals).
+        config: tuning; defaults when omitted.
+        on_evict: metric hook called with the number of blocks the memory budget evicted.
+
+    Raises:
+        ValueError: the state URL is neither ``memory`` nor ``redis://``/``rediss://``/``unix://``.
+    """
+    cfg = config or KVServiceConfig()
+    index: KVIndex
+    if cfg.approximate is not None:
+        index = ApproximateKVIndex(cfg.approximate, clock=clock)
+    else:
+        index = MemoryKVIndex(cfg.index, clock=clock, on_evict=on_evict)
+    feed = FeedConfig(block_size, cfg.backoff_initial_s, cfg.backoff_max_s)
+    redis = _redis_client(state_url)
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            backplane = None
+            service = KVService(index=index, client=client, feed=feed, tasks=tasks, backplane=None)
+            if redis is not None:
+                from gateway.kvindex.relay import RedisBackplane
+
+                backplane = RedisBackplane(
+                    redis=redis, client=client, feed=feed, apply=service.apply_events, clock=clock,
+                    token=uuid.uuid4().hex, lease_s=cfg.relay_lease_s, maxlen=cfg.stream_maxlen,
+                    warn_interval_s=cfg.degraded_warn_interval_s,
+                )  # fmt: skip
+                service.attach(backplane)
+                await backplane.start(tasks)
+            try:
+                yield service
+            finally:
+                if backplane is not None:
+                    backplane.stop()
+                for task in list(service.workers.values()):
+                    task.cancel()
+    finally:
+        if redis is not None:
+            await redis.aclose()
+
+
+def _redis_client(state_url: str) -> Redis | None:
+    if state_url == "memory":
+        return None
+    if not state_url.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(f"state URL {state_url!r}: use 'memory' or 'redis://host:port/db'")
+    from redis.asyncio import Redis  # imported lazily: memory-only gateways need no Redis client
+
+    return Redis.from_url(state_url, socket_connect_timeout=1.0, socket_timeout=5.0)

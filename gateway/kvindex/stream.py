@@ -1,0 +1,123 @@
+"""The Redis stream ``kvgate:events`` shared by gateway replicas: publishing, consuming, relay leadership.
+
+Entry format: one field ``e`` holding a JSON array of KV events (a single JSON object is accepted too), so
+a publisher batches what it has. The stream is capped with ``MAXLEN ~``; a replica that falls behind the
+cap, or starts late, rebuilds from the workers' ``/kv/blocks`` snapshots, not from stream history.
+
+Relay leadership: exactly one replica relays a given worker's SSE feed to the stream; it holds the key
+``kvgate:relay:{worker}`` (set with a TTL, renewed by the holder) so N replicas do not publish N copies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Final, cast
+
+from gateway.kvcontract.events import EVENTS_STREAM, EventDecodeError, KVEvent, encode_events
+from gateway.kvindex.consumers import parse_event_payload
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+logger = logging.getLogger(__name__)
+
+EVENT_FIELD: Final = b"e"
+DEFAULT_MAXLEN: Final = 100_000
+
+_CLAIM_SCRIPT: Final = """
+local v = redis.call('get', KEYS[1])
+if v == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) return 1 end
+if not v then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
+return 0
+"""
+
+
+async def publish_events(
+    redis: Redis, events: Sequence[KVEvent], *, stream: str = EVENTS_STREAM, maxlen: int = DEFAULT_MAXLEN
+) -> bytes | None:
+    """XADD one batch of events (approximately capped at ``maxlen`` entries); returns the entry id.
+
+    Raises:
+        redis.RedisError: Redis is unreachable (callers degrade, see ``service.py``).
+    """
+    if not events:
+        return None
+    entry_id = await redis.xadd(stream, {EVENT_FIELD: encode_events(events)}, maxlen=maxlen, approximate=True)
+    return entry_id if isinstance(entry_id, bytes) else str(entry_id).encode()
+
+
+async def last_entry_id(redis: Redis, stream: str = EVENTS_STREAM) -> bytes:
+    """Id of the newest entry, or ``0-0`` for an empty or missing stream."""
+    newest = cast("list[tuple[bytes, object]]", await redis.xrevrange(stream, count=1))
+    return bytes(newest[0][0]) if newest else b"0-0"
+
+
+async def claim_relay(redis: Redis, worker: str, token: str, ttl_ms: int) -> bool:
+    """Take or renew the relay lease of ``worker``; false when another replica holds it."""
+    return bool(await redis.eval(_CLAIM_SCRIPT, 1, f"kvgate:relay:{worker}", token, ttl_ms))
+
+
+class StreamReader:
+    """Reads ``kvgate:events`` from a position on, handing each decoded batch to a callback.
+
+    ``read_once`` blocks at most ``block_ms``; errors (Redis down) propagate to the caller's loop.
+    """
+
+    __slots__ = ("_on_events", "_redis", "_stream", "block_ms", "last_id", "num_bad_entries")
+
+    def __init__(
+        self,
+        redis: Redis,
+        on_events: Callable[[Sequence[KVEvent]], None],
+        *,
+        start_id: bytes = b"0-0",
+        stream: str = EVENTS_STREAM,
+        block_ms: int = 1_000,
+    ) -> None:
+        self._redis = redis
+        self._on_events = on_events
+        self._stream = stream
+        self.block_ms = block_ms
+        self.last_id = start_id
+        self.num_bad_entries = 0
+
+    async def read_once(self, count: int = 512) -> int:
+        """Apply the next entries (waiting up to ``block_ms``); returns how many were read."""
+        reply = cast(
+            "list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]] | None",
+            await self._redis.xread({self._stream: self.last_id}, count=count, block=self.block_ms),
+        )
+        n = 0
+        for _stream, entries in reply or ():
+            for entry_id, fields in entries:
+                self.last_id = bytes(entry_id)
+                n += 1
+                self._apply_entry(fields)
+        return n
+
+    def _apply_entry(self, fields: dict[bytes, bytes]) -> None:
+        data = fields.get(EVENT_FIELD)
+        try:
+            if data is None:
+                raise EventDecodeError("stream entry has no 'e' field")
+            self._on_events(parse_event_payload(data))
+        except EventDecodeError as exc:
+            self.num_bad_entries += 1
+            logger.warning("skipping bad entry %s on %s: %s", self.last_id, self._stream, exc)
+
+
+async def wait_for_entry(reader: StreamReader, entry_id: bytes, timeout_s: float = 10.0) -> None:
+    """Until ``reader`` has applied ``entry_id`` (tests and rebuild barriers poll with this)."""
+    target = _id_tuple(entry_id)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while _id_tuple(reader.last_id) < target:
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"stream reader did not reach {entry_id!r}")
+        await asyncio.sleep(0.005)
+
+
+def _id_tuple(entry_id: bytes) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition(b"-")
+    return int(ms), int(seq or 0)

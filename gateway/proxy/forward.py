@@ -1,0 +1,159 @@
+"""The proxy: route, forward the client's original bytes, retry elsewhere before the first byte.
+
+Each attempt holds the worker's in-flight accounting for exactly its own duration (``try/finally``), so a
+retried, failed, finished or cancelled request always releases it. Non-streaming answers are read whole
+and passed on; streaming ones go through ``proxy.stream.StreamRelay``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+import orjson
+
+from gateway.errors import NoHealthyWorker, UpstreamError, WorkerTimeout, WorkerUnavailable
+from gateway.observability.metrics import Metrics
+from gateway.openai.schema import ParsedRequest
+from gateway.openai.sse import cached_tokens_of
+from gateway.proxy.failover import RetryableFailure, backoff_s
+from gateway.proxy.responses import JSON_TYPE, Receive, Send, proxied_headers, send_whole
+from gateway.proxy.stream import Result, StreamRelay
+from gateway.routing.router import Routed, Router
+from gateway.settings import RetrySettings, Timeouts
+from gateway.state.protocols import LoadBoard
+from gateway.tokenize.analyzer import Endpoint
+from policies.api import RouteRequest
+
+_PATHS = {Endpoint.CHAT: "/v1/chat/completions", Endpoint.COMPLETIONS: "/v1/completions"}
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+class Proxy:
+    """Forwards OpenAI requests to the workers the router picks.
+
+    Args:
+        session: the pooled upstream client.
+        router: chooses workers.
+        load: in-flight accounting.
+        metrics: request counters and timings.
+        timeouts: connect / first byte / idle deadlines.
+        retry: attempts and backoff.
+        rng: jitter source.
+        sleep: injected for tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession,
+        router: Router,
+        load: LoadBoard,
+        metrics: Metrics,
+        timeouts: Timeouts,
+        retry: RetrySettings,
+        rng: random.Random,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._session = session
+        self._router = router
+        self._load = load
+        self._metrics = metrics
+        self._timeouts = timeouts
+        self._retry = retry
+        self._rng = rng
+        self._sleep = sleep
+        self._relay = StreamRelay(session, timeouts)
+
+    async def handle(
+        self, parsed: ParsedRequest, req: RouteRequest, raw: bytes, receive: Receive, send: Send
+    ) -> None:
+        """Answer one request through a worker, retrying on others before the first byte.
+
+        Raises:
+            ModelNotFound, NoHealthyWorker: nothing can serve it.
+            UpstreamError: every attempt failed before the first byte.
+        """
+        exclude: list[str] = []
+        last: UpstreamError | None = None
+        for attempt in range(self._retry.retries + 1):
+            try:
+                routed = self._router.route(req, exclude)
+            except NoHealthyWorker:
+                if last is not None:
+                    raise last from None
+                raise
+            try:
+                await self._attempt(routed, parsed, raw, receive, send)
+                return
+            except RetryableFailure as failure:
+                routed.record.breaker.record_failure()
+                exclude.append(routed.record.id)
+                last = failure.error
+                self._metrics.retry(failure.reason)
+                if attempt < self._retry.retries:
+                    await self._sleep(backoff_s(attempt, self._retry, self._rng))
+        assert last is not None, "the loop runs at least once"
+        raise last
+
+    async def _attempt(
+        self, routed: Routed, parsed: ParsedRequest, raw: bytes, receive: Receive, send: Send
+    ) -> None:
+        worker = routed.record.id
+        tokens = routed.request.num_prompt_tokens + (parsed.max_tokens or 0)
+        url = routed.record.url + _PATHS[parsed.endpoint]
+        want_usage = self._router.wants_outcomes
+        route = parsed.endpoint.value
+        self._load.acquire(worker, tokens)
+        start = time.perf_counter()
+        result = Result(502, ok=False)
+        try:
+            if parsed.stream:
+                result = await self._relay.relay(routed, url, raw, receive, send, want_usage=want_usage)
+            else:
+                result = await self._forward(routed, url, raw, send, want_usage)
+        finally:
+            self._load.release(worker, tokens)
+            latency_s = time.perf_counter() - start
+            self._metrics.request(route, result.status, worker, latency_s)
+            if result.ttfb_s is not None:
+                self._metrics.ttfb(route, result.ttfb_s)
+            self._router.finished(
+                routed, ok=result.ok, cached_tokens=result.cached_tokens, latency_s=latency_s
+            )
+
+    async def _forward(self, routed: Routed, url: str, raw: bytes, send: Send, want_usage: bool) -> Result:
+        worker = routed.record.id
+        start = time.perf_counter()
+        try:
+            async with asyncio.timeout(self._timeouts.ttfb_s):
+                async with self._session.post(url, data=raw, headers=_JSON_HEADERS) as resp:
+                    body = await resp.read()
+                    status = resp.status
+                    ctype = resp.headers.get("Content-Type")
+        except TimeoutError:
+            raise RetryableFailure(WorkerTimeout(f"worker {worker} timed out"), "timeout") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise RetryableFailure(WorkerUnavailable(f"worker {worker} failed: {exc!r}"), "connect") from None
+        if status >= 500:
+            raise RetryableFailure(
+                WorkerUnavailable(f"worker {worker} answered {status}"), f"status_{status}"
+            )
+        ttfb_s = time.perf_counter() - start
+        routed.record.breaker.record_success()
+        headers = proxied_headers(
+            ctype.encode() if ctype else JSON_TYPE, worker, routed.prefix_hit_tokens, len(body)
+        )
+        await send_whole(send, status, headers, body)
+        cached = _cached_tokens(body) if want_usage and status == 200 else None
+        return Result(status, ok=status == 200, cached_tokens=cached, ttfb_s=ttfb_s)
+
+
+def _cached_tokens(body: bytes) -> int | None:
+    try:
+        return cached_tokens_of(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        return None

@@ -1,0 +1,34 @@
+"""ASGI response messages the proxy sends: headers with the ``x-kvgate-*`` annotations, whole bodies."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+
+JSON_TYPE = b"application/json"
+SSE_TYPE = b"text/event-stream"
+
+
+def proxied_headers(
+    content_type: bytes, worker: str, prefix_hit: int, length: int | None
+) -> list[tuple[bytes, bytes]]:
+    """Response headers for a proxied answer."""
+    headers = [
+        (b"content-type", content_type),
+        (b"x-kvgate-worker", worker.encode()),
+        (b"x-kvgate-prefix-hit", str(prefix_hit).encode()),
+    ]
+    if length is not None:
+        headers.append((b"content-length", str(length).encode()))
+    else:
+        headers.append((b"cache-control", b"no-cache"))
+    return headers
+
+
+async def send_whole(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    """Send a complete response."""
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

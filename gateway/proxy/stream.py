@@ -1,0 +1,145 @@
+"""Streaming relay: copy the worker's SSE bytes to the client, chunk by chunk, without parsing them.
+
+The response starts only once the worker's first body chunk arrived, so failures up to then can still be
+retried elsewhere. After that, an idle timeout bounds each gap; a broken or stalled upstream ends the
+client's stream with an OpenAI-style error event and ``[DONE]``. A client disconnect (seen by a watcher
+task on ``receive``) cancels the relay, which closes the upstream connection so the worker stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import aiohttp
+
+from gateway.errors import WorkerTimeout, WorkerUnavailable
+from gateway.openai.sse import cached_tokens_in, ends_stream, error_frames
+from gateway.proxy.failover import RetryableFailure
+from gateway.proxy.responses import JSON_TYPE, SSE_TYPE, Receive, Send, proxied_headers, send_whole
+from gateway.routing.router import Routed
+from gateway.settings import Timeouts
+
+logger = logging.getLogger(__name__)
+_JSON_HEADERS = {"Content-Type": "application/json"}
+CLIENT_GONE = 499
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """How one attempt ended: status sent, whether it completed, cached tokens seen, seconds to first byte."""
+
+    status: int
+    ok: bool
+    cached_tokens: int | None = None
+    ttfb_s: float | None = None
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class StreamRelay:
+    """Relays one streamed completion per call."""
+
+    def __init__(self, session: aiohttp.ClientSession, timeouts: Timeouts) -> None:
+        self._session = session
+        self._timeouts = timeouts
+
+    async def relay(
+        self, routed: Routed, url: str, raw: bytes, receive: Receive, send: Send, *, want_usage: bool
+    ) -> Result:
+        """Relay a stream; on client disconnect cancel it and report status 499.
+
+        Raises:
+            RetryableFailure: the worker failed before the first byte (nothing was sent).
+        """
+        loop = asyncio.get_running_loop()
+        relay = loop.create_task(self._relay(routed, url, raw, send, want_usage))
+        watcher = loop.create_task(_wait_disconnect(receive))
+        try:
+            await asyncio.wait((relay, watcher), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not relay.done():
+                relay.cancel()
+                await asyncio.wait((relay,))
+        if relay.cancelled():
+            logger.debug("client disconnected mid-stream", extra={"worker": routed.record.id})
+            return Result(CLIENT_GONE, ok=False)
+        return relay.result()
+
+    async def _relay(self, routed: Routed, url: str, raw: bytes, send: Send, want_usage: bool) -> Result:
+        loop = asyncio.get_running_loop()
+        worker = routed.record.id
+        started_at = loop.time()
+        resp: aiohttp.ClientResponse | None = None
+        started = False
+        try:
+            async with asyncio.timeout(self._timeouts.ttfb_s) as deadline:
+                resp = await self._session.post(url, data=raw, headers=_JSON_HEADERS)
+                if resp.status != 200:
+                    return await self._non_stream_answer(routed, resp, send)
+                first = await resp.content.readany()
+                if not first:
+                    raise RetryableFailure(WorkerUnavailable(f"worker {worker} closed the stream"), "eof")
+                ttfb_s = loop.time() - started_at
+                routed.record.breaker.record_success()
+                headers = proxied_headers(SSE_TYPE, worker, routed.prefix_hit_tokens, None)
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                started = True
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+                cached = cached_tokens_in(first) if want_usage else None
+                last = first
+                while True:
+                    deadline.reschedule(loop.time() + self._timeouts.idle_s)
+                    chunk = await resp.content.readany()
+                    if not chunk:
+                        break
+                    if want_usage and cached is None:
+                        cached = cached_tokens_in(chunk)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    last = chunk
+            if ends_stream(last):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return Result(200, ok=True, cached_tokens=cached, ttfb_s=ttfb_s)
+            return await self._broken(
+                routed, send, "worker closed the stream before [DONE]", "worker_unavailable"
+            )
+        except TimeoutError:
+            if not started:
+                raise RetryableFailure(WorkerTimeout(f"worker {worker} timed out"), "timeout") from None
+            return await self._broken(routed, send, "worker stopped sending (idle timeout)", "worker_timeout")
+        except (aiohttp.ClientError, OSError) as exc:
+            if not started:
+                raise RetryableFailure(
+                    WorkerUnavailable(f"worker {worker} failed: {exc!r}"), "connect"
+                ) from None
+            return await self._broken(
+                routed, send, "worker connection broke mid-stream", "worker_unavailable"
+            )
+        finally:
+            if resp is not None:
+                resp.close()
+
+    async def _non_stream_answer(self, routed: Routed, resp: aiohttp.ClientResponse, send: Send) -> Result:
+        """A worker answered a stream request with an error status: retry 5xx, pass 4xx through."""
+        body = await resp.read()
+        if resp.status >= 500:
+            raise RetryableFailure(
+                WorkerUnavailable(f"worker {routed.record.id} answered {resp.status}"),
+                f"status_{resp.status}",
+            )
+        ctype = resp.headers.get("Content-Type", "application/json").encode()
+        headers = proxied_headers(ctype or JSON_TYPE, routed.record.id, routed.prefix_hit_tokens, len(body))
+        await send_whole(send, resp.status, headers, body)
+        return Result(resp.status, ok=False)
+
+    async def _broken(self, routed: Routed, send: Send, message: str, code: str) -> Result:
+        routed.record.breaker.record_failure()
+        logger.warning("stream broken", extra={"worker": routed.record.id, "reason": message})
+        frames = error_frames(f"{message} (worker {routed.record.id})", code)
+        await send({"type": "http.response.body", "body": frames, "more_body": False})
+        return Result(200, ok=False)

@@ -1,0 +1,193 @@
+"""The routing seam: request → ``RouteRequest`` + ``WorkerView`` snapshot → ``policy.select`` → bookkeeping.
+
+The router gathers what the policy declared in ``needs`` (tokens and block hashes from the injected
+``PromptAnalyzer``, prefix hits from the ``KVIndex``) and nothing more, hands the policy a frozen snapshot,
+then records the decision (observer hooks, the index's predicted placement). Proxying lives in
+``gateway.proxy``; the policy's own logic in ``policies``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+
+from gateway.errors import InvalidRequest, ModelNotFound, NoHealthyWorker
+from gateway.fleet.registry import Fleet, WorkerRecord
+from gateway.kvindex.index import KVIndex, PrefixHit
+from gateway.observability.metrics import Metrics
+from gateway.openai.schema import ParsedRequest
+from gateway.state.protocols import LoadBoard
+from gateway.tokenize.analyzer import PromptAnalyzer
+from policies.api import Decision, Need, Observer, Outcome, Policy, RouteRequest, WorkerId, WorkerView
+
+logger = logging.getLogger(__name__)
+_NO_HIT = PrefixHit()
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """A decision with what the proxy needs: the chosen record and its predicted cached tokens."""
+
+    request: RouteRequest
+    decision: Decision
+    record: WorkerRecord
+    prefix_hit_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """``/admin/route``'s answer: the decision and the snapshot it was made on."""
+
+    request: RouteRequest
+    decision: Decision
+    views: tuple[WorkerView, ...]
+
+
+class Router:
+    """Builds the policy's input, calls it, and records the decision.
+
+    Args:
+        fleet: the worker registry.
+        load: in-flight accounting (read for the snapshot).
+        policy: the configured policy.
+        analyzer: tokenizer + hasher, required when the policy needs tokens or block hashes.
+        kv_index: the prefix index, used when the policy needs prefix hits (and fed what was routed).
+        block_size: tokens per block, to turn hit blocks into predicted cached tokens.
+        metrics: stage timings.
+        clock: monotonic clock for stage timings.
+    """
+
+    def __init__(
+        self,
+        *,
+        fleet: Fleet,
+        load: LoadBoard,
+        policy: Policy,
+        analyzer: PromptAnalyzer | None,
+        kv_index: KVIndex | None,
+        block_size: int,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._fleet = fleet
+        self._load = load
+        self._policy = policy
+        self._observer = policy if isinstance(policy, Observer) else None
+        self._analyzer = analyzer if policy.needs & {Need.TOKENS, Need.BLOCK_HASHES} else None
+        self._index = kv_index if Need.PREFIX_HITS in policy.needs else None
+        self._recorder = kv_index
+        self._block_size = block_size
+        self._metrics = metrics
+        self._clock = clock
+
+    def prepare(self, parsed: ParsedRequest, headers: Mapping[str, str]) -> RouteRequest:
+        """The policy's view of the request; tokenizes and hashes only when the policy needs it.
+
+        Raises:
+            InvalidRequest: the analyzer cannot render the prompt.
+        """
+        num_tokens = 0
+        hashes: tuple[int, ...] = ()
+        if self._analyzer is not None:
+            start = self._clock()
+            try:
+                analysis = self._analyzer.analyze(parsed.body, parsed.endpoint, parsed.model)
+            except ValueError as exc:
+                raise InvalidRequest(str(exc), param="messages") from None
+            self._metrics.stage("analyze", self._clock() - start)
+            num_tokens, hashes = analysis.num_tokens, analysis.block_hashes
+        session = headers.get("x-session-id") or parsed.session_id
+        return RouteRequest(
+            model=parsed.model,
+            num_prompt_tokens=num_tokens,
+            block_hashes=hashes,
+            session_id=session,
+            headers=headers,
+            max_tokens=parsed.max_tokens,
+        )
+
+    def snapshot(self, req: RouteRequest, exclude: Collection[str] = ()) -> tuple[WorkerView, ...]:
+        """Views of the workers serving ``req.model``, minus ``exclude``.
+
+        Raises:
+            ModelNotFound: no worker serves the model.
+            NoHealthyWorker: the model's workers are all excluded or none reported its models yet.
+        """
+        records = [r for r in self._fleet.serving(req.model) if r.id not in exclude]
+        if not records:
+            if self._fleet.knows_model(req.model) or not any(r.models for r in self._fleet):
+                raise NoHealthyWorker(f"no healthy worker serves model {req.model!r}; retry later")
+            raise ModelNotFound(f"the model {req.model!r} does not exist on any worker", param="model")
+        hits = self._lookup(req, [r.id for r in records])
+        views = []
+        for r in records:
+            load = self._load.get(r.id)
+            hit = hits.get(r.id, _NO_HIT)
+            views.append(
+                WorkerView(
+                    id=WorkerId(r.id),
+                    role=r.role,
+                    healthy=r.available,
+                    inflight_requests=load.inflight_requests,
+                    inflight_tokens=load.inflight_tokens,
+                    queue_depth=r.queue_depth,
+                    kv_usage=r.kv_usage,
+                    gpu_hit_blocks=hit.gpu_blocks,
+                    tier_hit_blocks=hit.tier_blocks,
+                )
+            )
+        return tuple(views)
+
+    def _lookup(self, req: RouteRequest, worker_ids: list[str]) -> Mapping[str, PrefixHit]:
+        if self._index is None or not req.block_hashes:
+            return {}
+        start = self._clock()
+        hits = self._index.longest_prefix(req.block_hashes, worker_ids)
+        self._metrics.stage("lookup", self._clock() - start)
+        return hits
+
+    def _select(self, req: RouteRequest, views: tuple[WorkerView, ...]) -> Decision:
+        start = self._clock()
+        decision = self._policy.select(req, views)
+        self._metrics.stage("policy", self._clock() - start)
+        return decision
+
+    def route(self, req: RouteRequest, exclude: Collection[str] = ()) -> Routed:
+        """Choose a worker for ``req`` and record the choice.
+
+        Raises:
+            ModelNotFound: no worker serves the model.
+            NoHealthyWorker: no eligible worker is available.
+        """
+        views = self.snapshot(req, exclude)
+        decision = self._select(req, views)
+        record = self._fleet.get(decision.worker) if decision.worker is not None else None
+        if record is None or not any(v.id == decision.worker and v.healthy for v in views):
+            raise NoHealthyWorker(f"no healthy worker can serve model {req.model!r} now; retry later")
+        if self._observer is not None:
+            self._observer.on_routed(req, decision)
+        if self._recorder is not None and req.block_hashes:
+            self._recorder.record_routed(record.id, req.block_hashes)
+        hit_blocks = next(v.gpu_hit_blocks for v in views if v.id == decision.worker)
+        hit_tokens = min(hit_blocks * self._block_size, req.num_prompt_tokens)
+        return Routed(request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens)
+
+    def explain(self, req: RouteRequest) -> Explanation:
+        """The decision the policy would make now, with the snapshot; nothing is recorded."""
+        views = self.snapshot(req)
+        return Explanation(request=req, decision=self._select(req, views), views=views)
+
+    def finished(self, routed: Routed, *, ok: bool, cached_tokens: int | None, latency_s: float) -> None:
+        """Tell an observing policy how a routed request ended."""
+        if self._observer is not None:
+            self._observer.on_finished(
+                Outcome(
+                    routed.decision, routed.request, ok=ok, cached_tokens=cached_tokens, latency_s=latency_s
+                )
+            )
+
+    @property
+    def wants_outcomes(self) -> bool:
+        return self._observer is not None

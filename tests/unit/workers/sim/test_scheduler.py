@@ -1,0 +1,162 @@
+"""SimScheduler: prefix accounting, timing model and admission, driven by explicit times."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.kvcontract.events import EventType, KVEvent
+from gateway.kvcontract.hashing import chain_hashes, root_hash
+from gateway.tokenize.tokenizer import ByteTokenizer
+from workers.engine.block_manager import BlockManager
+from workers.engine_api import (
+    ContextTooLongError,
+    FinishReason,
+    GenerationChunk,
+    GenerationRequest,
+    SamplingParams,
+)
+from workers.sim.scheduler import SimScheduler, SimTiming
+from workers.sim.text import WordBook
+
+BS = 16
+
+
+def _sched(num_blocks: int = 64, events: list[KVEvent] | None = None, **timing: float) -> SimScheduler:
+    blocks = BlockManager(num_blocks, BS, on_event=events.append if events is not None else None)
+    params = {"prefill_tps": 1000.0, "decode_tps": 100.0, "max_running": 4, **timing}
+    t = SimTiming(
+        prefill_tps=params["prefill_tps"],
+        decode_tps=params["decode_tps"],
+        max_running=int(params["max_running"]),
+    )
+    return SimScheduler(blocks, t, WordBook(ByteTokenizer().encode), "m")
+
+
+def _req(prompt: list[int], max_tokens: int = 4, **kw: object) -> GenerationRequest:
+    return GenerationRequest("r", tuple(prompt), SamplingParams(max_tokens=max_tokens, ignore_eos=True, **kw))  # type: ignore[arg-type]
+
+
+def _drive(s: SimScheduler, until: float, dt: float = 0.001) -> None:
+    t = 0.0
+    while t <= until:
+        s.step(t)
+        t += dt
+
+
+def test_repeated_prefix_reports_shared_full_blocks_as_cached():
+    s = _sched()
+    out_a: list[GenerationChunk] = []
+    out_b: list[GenerationChunk] = []
+    s.submit(_req(list(range(40))), out_a.append)
+    _drive(s, 0.2)
+    s.submit(_req([*range(33), 99, 98]), out_b.append)  # shares two full blocks (32 tokens)
+    _drive(s, 0.2)
+    assert out_a[-1].num_cached_tokens == 0
+    assert out_b[-1].num_cached_tokens == 32
+    assert out_b[-1].finish_reason is FinishReason.LENGTH
+
+
+def test_first_token_waits_for_uncached_prefill_only():
+    s = _sched(prefill_tps=100.0)
+    out: list[GenerationChunk] = []
+    s.submit(_req(list(range(50)), max_tokens=1), out.append)
+    assert s.step(0.0) == pytest.approx(0.5)  # 50 uncached tokens at 100 tokens/s
+    s.step(0.49)
+    assert out == []
+    s.step(0.5)
+    assert out[0].token_ids
+    assert out[0].finish_reason is FinishReason.LENGTH
+
+
+def test_prefill_is_one_fifo_server_shared_by_requests():
+    s = _sched(prefill_tps=100.0)
+    s.submit(_req([1] * 50, max_tokens=1), lambda c: None)
+    s.submit(_req([2] * 50, max_tokens=1), lambda c: None)
+    s.step(0.0)
+    assert s.step(0.5) == pytest.approx(1.0)
+
+
+def test_decode_rate_and_catch_up_after_a_late_step():
+    s = _sched(prefill_tps=1e9, decode_tps=10.0)
+    out: list[GenerationChunk] = []
+    s.submit(_req([1, 2, 3], max_tokens=5), out.append)
+    s.step(0.0)
+    s.step(0.001)  # prefill done: first token
+    assert sum(len(c.token_ids) for c in out) == 1
+    s.step(0.35)  # three more tokens fell due (about 0.1, 0.2, 0.3): one chunk
+    assert [len(c.token_ids) for c in out] == [1, 3]
+    s.step(0.41)
+    assert out[-1].finish_reason is FinishReason.LENGTH
+    assert out[-1].num_output_tokens == 5
+
+
+def test_max_running_queues_the_rest_fifo():
+    s = _sched(max_running=1, prefill_tps=1e9, decode_tps=1000.0)
+    done: list[str] = []
+    s.submit(_req([1] * 4, max_tokens=2), lambda c: c.finish_reason and done.append("a"))
+    s.submit(_req([2] * 4, max_tokens=2), lambda c: c.finish_reason and done.append("b"))
+    s.step(0.0)
+    assert (s.num_running, s.num_waiting) == (1, 1)
+    _drive(s, 0.05)
+    assert done == ["a", "b"]
+    assert s.num_running == s.num_waiting == 0
+
+
+def test_admission_waits_for_kv_and_rejects_what_can_never_fit():
+    s = _sched(num_blocks=4, prefill_tps=1e9, decode_tps=1000.0)
+    s.submit(_req([1] * 40, max_tokens=8), lambda c: None)  # 3 blocks for prompt + output
+    s.submit(_req([2] * 20, max_tokens=8), lambda c: None)  # 2 blocks: must wait
+    s.step(0.0)
+    assert (s.num_running, s.num_waiting) == (1, 1)
+    _drive(s, 0.1)
+    assert s.num_running == s.num_waiting == 0
+    with pytest.raises(ContextTooLongError):
+        s.submit(_req([3] * 70, max_tokens=1), lambda c: None)
+
+
+def test_output_is_deterministic_per_prompt_and_seed():
+    def run(prompt: list[int], seed: int) -> str:
+        s = _sched(prefill_tps=1e9, decode_tps=1e6)
+        out: list[GenerationChunk] = []
+        s.submit(_req(prompt, max_tokens=30, seed=seed), out.append)
+        _drive(s, 0.01)
+        return "".join(c.text for c in out)
+
+    assert run([5] * 10, 1) == run([5] * 10, 1)
+    assert run([5] * 10, 1) != run([5] * 10, 2)
+    assert run([5] * 10, 1) != run([6] * 10, 1)
+
+
+def test_stop_string_cuts_the_text():
+    s = _sched(prefill_tps=1e9, decode_tps=1e6)
+    out: list[GenerationChunk] = []
+    s.submit(_req([5] * 10, max_tokens=200, stop=("e",)), out.append)
+    _drive(s, 0.01)
+    text = "".join(c.text for c in out)
+    assert "e" not in text
+    assert out[-1].finish_reason is FinishReason.STOP
+
+
+def test_abort_frees_blocks_and_keeps_prefix_cached():
+    events: list[KVEvent] = []
+    s = _sched(events=events, prefill_tps=1e9, decode_tps=1.0)
+    seq = s.submit(_req(list(range(40)), max_tokens=50), lambda c: None)
+    s.step(0.0)
+    s.step(0.001)
+    s.abort(seq)
+    assert s.num_running == 0
+    assert s.blocks.num_free_blocks == s.blocks.num_total_blocks
+    stored = [h for e in events if e.type is EventType.STORED for h in e.hashes]
+    assert stored == chain_hashes(list(range(40)), root_hash("m"), BS)
+    assert set(stored) <= set(s.blocks.cached_hashes())
+
+
+def test_extra_keys_change_the_hash_root():
+    s = _sched(prefill_tps=1e9, decode_tps=1e6)
+    out: list[GenerationChunk] = []
+    s.submit(_req(list(range(40))), out.append)
+    _drive(s, 0.01)
+    salted = GenerationRequest("r2", tuple(range(40)), SamplingParams(max_tokens=2), extra_keys=("salt",))
+    s.submit(salted, out.append)
+    _drive(s, 0.01)
+    assert out[-1].num_cached_tokens == 0
