@@ -9,7 +9,7 @@ engine uses to implement ``Engine.subscribe`` with one bounded queue per subscri
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final, Protocol
@@ -123,6 +123,21 @@ class LoadInfo:
         }
 
 
+class GenerationStream(Protocol):
+    """The chunks of one request, ending with the chunk that carries ``finish_reason``.
+
+    ``aclose`` aborts the sequence (if not finished) and frees its blocks; it is idempotent and safe to call
+    whether or not iteration began. Cancelling a task blocked in ``__anext__`` does not abort by itself: the
+    consumer calls ``aclose`` in a ``finally`` (the server always does).
+    """
+
+    def __aiter__(self) -> GenerationStream: ...
+
+    async def __anext__(self) -> GenerationChunk: ...
+
+    async def aclose(self) -> None: ...
+
+
 class Engine(Protocol):
     """A model behind a scheduler and a paged, prefix-cached KV store.
 
@@ -153,12 +168,13 @@ class Engine(Protocol):
         """The tokenizer (and chat template) the engine's token ids belong to."""
         ...
 
-    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
-        """Queue a request and stream its output.
+    def generate(self, request: GenerationRequest) -> GenerationStream:
+        """Validate and queue a request; returns the stream of its output.
 
-        Validation errors (``InvalidRequestError``, ``ContextTooLongError``) are raised on the first
-        ``__anext__``, before any chunk. Closing the iterator (``aclose``) or cancelling the task that
-        iterates it aborts the sequence and frees its blocks.
+        Raises (synchronously, before anything is queued):
+            InvalidRequestError: bad parameters.
+            ContextTooLongError: the prompt plus ``max_tokens`` do not fit.
+            EngineOverloadedError: the engine refuses new work now.
         """
         ...
 

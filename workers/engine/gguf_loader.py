@@ -80,9 +80,7 @@ def unpermute_rotary(weight: np.ndarray, num_heads: int) -> np.ndarray:
     """Invert llama.cpp's ``permute`` of a Q/K projection (``[heads * D, hidden]``)."""
     rows = weight.shape[0]
     head_dim = rows // num_heads
-    return (
-        weight.reshape(num_heads, head_dim // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
-    )
+    return weight.reshape(num_heads, head_dim // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
 def _hf_name(name: str) -> str:

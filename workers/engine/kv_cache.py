@@ -28,7 +28,13 @@ class PagedKVCache:
 
     @classmethod
     def allocate(
-        cls, config: ModelConfig, *, num_blocks: int, block_size: int, device: torch.device, dtype: torch.dtype
+        cls,
+        config: ModelConfig,
+        *,
+        num_blocks: int,
+        block_size: int,
+        device: torch.device,
+        dtype: torch.dtype,
     ) -> PagedKVCache:
         """Zeroed caches for ``num_blocks`` blocks of ``block_size`` tokens on every layer."""
         if num_blocks < 1 or block_size < 1:

@@ -50,7 +50,9 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling)
 
-    def forward(self, input_ids: torch.Tensor, batch: ForwardBatch, kv_caches: KVCacheTensors) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, batch: ForwardBatch, kv_caches: KVCacheTensors
+    ) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
         rope = self.rotary(batch.positions, x.dtype)
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
@@ -69,7 +71,9 @@ class LlamaForCausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, batch: ForwardBatch, kv_caches: KVCacheTensors) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, batch: ForwardBatch, kv_caches: KVCacheTensors
+    ) -> torch.Tensor:
         """Logits (fp32) of each sequence's last new token: ``[B, vocab]``."""
         hidden = self.model(input_ids, batch, kv_caches)
         return self.lm_head(hidden[batch.logits_indices]).float()  # type: ignore[no-any-return]

@@ -38,7 +38,9 @@ def error_response(
     status: int, message: str, *, type_: str = "invalid_request_error", param: str | None = None,
     code: str | None = None,
 ) -> Response:  # fmt: skip
-    return Response(error_body(message, type_=type_, param=param, code=code), status, media_type="application/json")
+    return Response(
+        error_body(message, type_=type_, param=param, code=code), status, media_type="application/json"
+    )
 
 
 def from_engine_error(exc: EngineError) -> ApiError:

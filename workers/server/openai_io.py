@@ -82,9 +82,9 @@ def parse_request(body: Mapping[str, Any], endpoint: Endpoint, served_model: str
     if n != 1 or type(n) is not int:
         raise bad_request("only n=1 is supported", "n")
     prompt = body.get("prompt")
-    if endpoint is Endpoint.COMPLETIONS and isinstance(prompt, list) and prompt and len(prompt) > 1:
-        if isinstance(prompt[0], str | list):
-            raise bad_request("batched prompts are not supported: send one prompt per request", "prompt")
+    is_batch = isinstance(prompt, list) and len(prompt) > 1 and isinstance(prompt[0], str | list)
+    if endpoint is Endpoint.COMPLETIONS and is_batch:
+        raise bad_request("batched prompts are not supported: send one prompt per request", "prompt")
     try:
         parsed_prompt = parse_prompt(body, endpoint)
     except ValueError as exc:
@@ -188,7 +188,10 @@ class ResponseFormatter:
         """The first chat chunk (the assistant role); completions have none."""
         if not self._chat:
             return b""
-        return self._head[: -len(b'{"content":')] + b'{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+        return (
+            self._head[: -len(b'{"content":')]
+            + b'{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+        )
 
     def sse_chunk(self, text: str, finish_reason: str | None) -> bytes:
         fr = b"null" if finish_reason is None else orjson.dumps(finish_reason)

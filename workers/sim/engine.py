@@ -1,6 +1,6 @@
 """``SimEngine``: the ``Engine`` protocol over ``SimScheduler``, stepped by one asyncio loop.
 
-One background task steps every sequence; each request's ``generate`` only waits on its own queue of
+One background task steps every sequence; each request's stream only waits on its own queue of
 chunks, so thousands of concurrent streams cost one wake-up per chunk each and no task per token.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -18,7 +18,7 @@ from gateway.kvcontract.hashing import DEFAULT_BLOCK_SIZE
 from gateway.tokenize.tokenizer import Tokenizer
 from workers.engine.block_manager import BlockManager
 from workers.engine_api import EventHub, EventSubscription, GenerationChunk, GenerationRequest, LoadInfo
-from workers.sim.scheduler import SimScheduler, SimTiming
+from workers.sim.scheduler import SimScheduler, SimSequence, SimTiming
 from workers.sim.text import WordBook
 
 DEFAULT_MODEL: Final = "kvgate-sim"
@@ -97,21 +97,12 @@ class SimEngine:
     def tokenizer(self) -> Tokenizer:
         return self._tokenizer
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
-        """Stream one request's chunks; leaving early (close or cancel) aborts it and frees its blocks."""
+    def generate(self, request: GenerationRequest) -> SimStream:
+        """Queue a request (raises ``ContextTooLongError`` at once) and return its chunk stream."""
         queue: asyncio.Queue[GenerationChunk] = asyncio.Queue()
         seq = self._scheduler.submit(request, queue.put_nowait)
         self._wake.set()
-        try:
-            while True:
-                chunk = await queue.get()
-                yield chunk
-                if chunk.finish_reason is not None:
-                    return
-        finally:
-            if not seq.is_done:
-                self._scheduler.abort(seq)
-                self._wake.set()
+        return SimStream(self._scheduler, seq, queue, self._wake)
 
     def load(self) -> LoadInfo:
         s = self._scheduler
@@ -158,3 +149,39 @@ class SimEngine:
             handle = loop.call_later(max(due - clock(), min_step), wake.set)
             await wake.wait()
             handle.cancel()
+
+
+class SimStream:
+    """One request's chunks; ``aclose`` aborts the sequence unless it finished."""
+
+    __slots__ = ("_finished", "_queue", "_scheduler", "_seq", "_wake")
+
+    def __init__(
+        self,
+        scheduler: SimScheduler,
+        seq: SimSequence,
+        queue: asyncio.Queue[GenerationChunk],
+        wake: asyncio.Event,
+    ) -> None:
+        self._scheduler = scheduler
+        self._seq = seq
+        self._queue = queue
+        self._wake = wake
+        self._finished = False
+
+    def __aiter__(self) -> SimStream:
+        return self
+
+    async def __anext__(self) -> GenerationChunk:
+        if self._finished:
+            raise StopAsyncIteration
+        chunk = await self._queue.get()
+        if chunk.finish_reason is not None:
+            self._finished = True
+        return chunk
+
+    async def aclose(self) -> None:
+        self._finished = True
+        if not self._seq.is_done:
+            self._scheduler.abort(self._seq)
+            self._wake.set()

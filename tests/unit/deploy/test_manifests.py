@@ -19,8 +19,13 @@ KUBECTL = shutil.which("kubectl")
 def _render(overlay: str) -> list[dict[str, Any]]:
     if KUBECTL is None:
         pytest.skip("kubectl (with kustomize) is not installed")
-    out = subprocess.run([KUBECTL, "kustomize", str(DEPLOY / "k8s" / overlay)], check=True,
-                         capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run(
+        [KUBECTL, "kustomize", str(DEPLOY / "k8s" / overlay)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
@@ -33,7 +38,12 @@ def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def test_every_container_has_probes_and_resources(overlay: str) -> None:
     docs = _render(overlay)
     workloads = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
-    assert {d["metadata"]["name"] for d in workloads} == {"redis", "gateway", "worker-prefill", "worker-decode"}
+    assert {d["metadata"]["name"] for d in workloads} == {
+        "redis",
+        "gateway",
+        "worker-prefill",
+        "worker-decode",
+    }
     for doc in workloads:
         for c in _containers(doc):
             name = f"{doc['metadata']['name']}/{c['name']}"

@@ -11,11 +11,13 @@ async def test_request_span_continues_the_callers_trace_and_propagates() -> None
     exporter = InMemorySpanExporter()
     provider = build_tracer_provider(exporter=exporter)
     tracer = provider.get_tracer("test")
-    seen: dict[str, str] = {}
+    seen: list[dict[str, str]] = []
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         with tracer.start_as_current_span("kvgate.route"):
-            inject_headers(seen)
+            headers: dict[str, str] = {}
+            inject_headers(headers)
+            seen.append(headers)
         await send({"type": "http.response.start", "status": 200, "headers": [(b"x-kvgate-worker", b"w1")]})
         await send({"type": "http.response.body", "body": b"ok"})
 
@@ -32,4 +34,4 @@ async def test_request_span_continues_the_callers_trace_and_propagates() -> None
     assert format(req.context.trace_id, "032x") == trace_id
     assert spans["kvgate.route"].parent.span_id == req.context.span_id
     assert req.attributes["kvgate.worker"] == "w1"
-    assert seen["traceparent"].split("-")[1] == trace_id
+    assert seen[0]["traceparent"].split("-")[1] == trace_id

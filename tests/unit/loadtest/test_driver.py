@@ -26,7 +26,9 @@ async def _chat(request: web.Request) -> web.StreamResponse:
         return web.json_response({"error": {"message": "boom"}}, status=503)
     await asyncio.sleep(FIRST_S)
     if not body.get("stream"):
-        return web.json_response({"choices": [{"message": {"content": "x"}}], "usage": usage}, headers=headers)
+        return web.json_response(
+            {"choices": [{"message": {"content": "x"}}], "usage": usage}, headers=headers
+        )
     resp = web.StreamResponse(headers={"content-type": "text/event-stream", **headers})
     await resp.prepare(request)
     for i in range(CHUNKS):
@@ -82,7 +84,9 @@ async def test_non_streaming_and_errors_are_recorded(server: str) -> None:
 
 
 async def test_request_count_bound_is_respected(server: str) -> None:
-    result = await run_load(_sessions(20), DriverConfig(target=server, concurrency=5, max_requests=7, duration_s=20))
+    result = await run_load(
+        _sessions(20), DriverConfig(target=server, concurrency=5, max_requests=7, duration_s=20)
+    )
     assert len(result.records) == 7
 
 

@@ -10,8 +10,17 @@ from loadtest.report import load_imbalance, markdown_table, summarize, write_rep
 
 def _result(workers: list[str], ttft: float) -> RunResult:
     recs = [
-        RequestRecord(session=f"s{i}", start_s=i * 0.1, e2e_s=ttft * 2, ttft_s=ttft, itl_s=[0.01],
-                      prompt_tokens=100, completion_tokens=10, cached_tokens=50 if i % 2 else 0, worker=w)
+        RequestRecord(
+            session=f"s{i}",
+            start_s=i * 0.1,
+            e2e_s=ttft * 2,
+            ttft_s=ttft,
+            itl_s=[0.01],
+            prompt_tokens=100,
+            completion_tokens=10,
+            cached_tokens=50 if i % 2 else 0,
+            worker=w,
+        )
         for i, w in enumerate(workers)
     ]
     recs.append(RequestRecord(session="bad", start_s=0.0, error="HTTP 503"))
@@ -31,12 +40,16 @@ def test_imbalance_is_max_over_mean() -> None:
 
 
 def test_comparison_table_gives_ratios_against_the_baseline() -> None:
-    table = markdown_table({"rr": summarize(_result(["a"], 0.4)), "pca": summarize(_result(["a"], 0.1))}, "rr")
+    table = markdown_table(
+        {"rr": summarize(_result(["a"], 0.4)), "pca": summarize(_result(["a"], 0.1))}, "rr"
+    )
     assert "4.00× faster" in table and "| rr |" in table
 
 
 def test_report_writes_markdown_and_pngs(tmp_path: Path) -> None:
-    path = write_report({"rr": _result(["a", "b"], 0.3), "pca": _result(["a", "b"], 0.1)}, tmp_path, "t", "rr")
+    path = write_report(
+        {"rr": _result(["a", "b"], 0.3), "pca": _result(["a", "b"], 0.1)}, tmp_path, "t", "rr"
+    )
     text = path.read_text()
     assert "| pca |" in text
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))

@@ -18,10 +18,13 @@ def _write(tmp_path: Path, records: list[dict]) -> Path:
 
 
 def test_blocks_are_identical_exactly_when_hash_ids_are(tmp_path: Path) -> None:
-    path = _write(tmp_path, [
-        {"timestamp": 0, "input_length": 40, "output_length": 5, "hash_ids": [1, 2, 3]},
-        {"timestamp": 10, "input_length": 36, "output_length": 5, "hash_ids": [1, 2, 9]},
-    ])
+    path = _write(
+        tmp_path,
+        [
+            {"timestamp": 0, "input_length": 40, "output_length": 5, "hash_ids": [1, 2, 3]},
+            {"timestamp": 10, "input_length": 36, "output_length": 5, "hash_ids": [1, 2, 9]},
+        ],
+    )
     opts = TraceOptions(block_tokens=16)
     a, b = (prompt_tokens(r, opts) for r in read_trace(path))
     assert len(a) == 40 and len(b) == 36
@@ -31,10 +34,13 @@ def test_blocks_are_identical_exactly_when_hash_ids_are(tmp_path: Path) -> None:
 
 
 def test_sessions_arrive_at_scaled_timestamps(tmp_path: Path) -> None:
-    path = _write(tmp_path, [
-        {"timestamp": 0, "input_length": 20, "output_length": 7, "hash_ids": [1, 2]},
-        {"timestamp": 3000, "input_length": 20, "output_length": 700, "hash_ids": [1, 3]},
-    ])
+    path = _write(
+        tmp_path,
+        [
+            {"timestamp": 0, "input_length": 20, "output_length": 7, "hash_ids": [1, 2]},
+            {"timestamp": 3000, "input_length": 20, "output_length": 700, "hash_ids": [1, 3]},
+        ],
+    )
     sessions = trace_sessions(path, TraceOptions(block_tokens=16, speedup=2.0, max_output_tokens=50))
     assert [s.arrival_s for s in sessions] == [0.0, 1.5]
     assert [s.requests[0].body["max_tokens"] for s in sessions] == [7, 50]
@@ -42,10 +48,13 @@ def test_sessions_arrive_at_scaled_timestamps(tmp_path: Path) -> None:
 
 
 def test_scale_shrinks_lengths_but_keeps_sharing(tmp_path: Path) -> None:
-    path = _write(tmp_path, [
-        {"timestamp": 0, "input_length": 1024, "output_length": 8, "hash_ids": [5, 6]},
-        {"timestamp": 0, "input_length": 1000, "output_length": 8, "hash_ids": [5, 7]},
-    ])
+    path = _write(
+        tmp_path,
+        [
+            {"timestamp": 0, "input_length": 1024, "output_length": 8, "hash_ids": [5, 6]},
+            {"timestamp": 0, "input_length": 1000, "output_length": 8, "hash_ids": [5, 7]},
+        ],
+    )
     opts = TraceOptions(block_tokens=512, scale=8)
     a, b = (prompt_tokens(r, opts) for r in read_trace(path))
     assert len(a) == 128 and len(b) == 125
@@ -69,5 +78,7 @@ def test_real_trace_prefix_reuse_survives_conversion() -> None:
         assert len(toks) == rec.input_length // 8
         first = toks[:64]
         if rec.hash_ids[0] in by_first:
-            assert np.array_equal(by_first[rec.hash_ids[0]][: len(first)], first[: len(by_first[rec.hash_ids[0]])])
+            assert np.array_equal(
+                by_first[rec.hash_ids[0]][: len(first)], first[: len(by_first[rec.hash_ids[0]])]
+            )
         by_first.setdefault(rec.hash_ids[0], first)

@@ -63,7 +63,16 @@ def test_keyring_reads_files_and_matches(tmp_path: Path) -> None:
         ("/health", {}, 200),
         ("/metrics", {}, 200),
     ],
-    ids=["no-key", "wrong-key", "good-key", "x-api-key", "user-key-on-admin", "admin-key", "health-open", "metrics-open"],
+    ids=[
+        "no-key",
+        "wrong-key",
+        "good-key",
+        "x-api-key",
+        "user-key-on-admin",
+        "admin-key",
+        "health-open",
+        "metrics-open",
+    ],
 )
 async def test_auth_guards_routes(path: str, headers: dict[str, str], status: int) -> None:
     app = AuthMiddleware(ok_app, KeyRing.of(["sk-user"]), KeyRing.of(["sk-admin"]))
