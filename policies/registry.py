@@ -101,20 +101,25 @@ class PolicyRegistry:
         spec = raw if isinstance(raw, PolicySpec) else parse_policy_spec(raw)
         if spec.type != PIPELINE:
             return cast(
-                Policy, self._instance(PluginSpec(spec.type, spec.name, spec.params), Kind.POLICY, ctx)
+                Policy, self.build_plugin(PluginSpec(spec.type, spec.name, spec.params), Kind.POLICY, ctx)
             )
         if spec.params:
             raise PolicyConfigError("policy 'pipeline' takes no params; configure filters, scorers, picker")
         picker = spec.picker or PluginSpec("max_score", "max_score")
         return Pipeline(
             spec.name,
-            filters=[cast(Filter, self._instance(f, Kind.FILTER, ctx)) for f in spec.filters],
-            scorers=[(cast(Scorer, self._instance(s, Kind.SCORER, ctx)), s.weight) for s in spec.scorers],
-            picker=cast(Picker, self._instance(picker, Kind.PICKER, ctx)),
+            filters=[cast(Filter, self.build_plugin(f, Kind.FILTER, ctx)) for f in spec.filters],
+            scorers=[(cast(Scorer, self.build_plugin(s, Kind.SCORER, ctx)), s.weight) for s in spec.scorers],
+            picker=cast(Picker, self.build_plugin(picker, Kind.PICKER, ctx)),
         )
 
-    def _instance(self, spec: PluginSpec, kind: Kind, ctx: PolicyContext) -> object:
-        plugin = self._plugin(spec.type, kind)
+    def build_plugin(self, spec: PluginSpec, kind: Kind, ctx: PolicyContext) -> object:
+        """Build one plugin instance of ``kind`` (a policy, filter, scorer or picker).
+
+        Raises:
+            PolicyConfigError: unknown name, wrong kind, bad params, or a plugin that fails to load.
+        """
+        plugin = self.plugin(spec.type, kind)
         if plugin.kind is not kind and plugin.source == "builtin":
             raise PolicyConfigError(
                 f"{spec.type!r} is a {plugin.kind}, not a {kind}; {self._available(kind)}"
@@ -131,7 +136,15 @@ class PolicyRegistry:
             )
         return obj
 
-    def _plugin(self, name: str, kind: Kind) -> PluginDef:
+    def plugin(self, name: str, kind: Kind = Kind.POLICY) -> PluginDef:
+        """The plugin registered as ``name``, importing it if it is an entry point.
+
+        ``kind`` is what the caller expects; it only shapes error messages (a third-party plugin's kind is
+        known once its factory has built something).
+
+        Raises:
+            PolicyConfigError: unknown name, or an entry point that fails to import.
+        """
         if name in self._builtins:
             return self._builtins[name]
         if name in self._loaded:

@@ -30,7 +30,11 @@ class PromptAnalyzer(Protocol):
     """Tokenizes and hashes prompts.
 
     ``analyze`` is synchronous and CPU-bound; it raises ``ValueError`` with a client-facing message when
-    the body cannot be rendered (bad messages, unknown template variables).
+    the body cannot be rendered (bad messages, unknown template variables). ``tenant`` (the
+    ``x-kvgate-tenant`` header, see ``gateway.kvcontract.extra_keys``) is folded into the hash root together
+    with the body's ``lora`` and ``cache_salt``; forward the header to the worker so it hashes the same way.
     """
 
-    def analyze(self, body: Mapping[str, Any], endpoint: Endpoint, model: str) -> PromptAnalysis: ...
+    def analyze(
+        self, body: Mapping[str, Any], endpoint: Endpoint, model: str, *, tenant: str | None = None
+    ) -> PromptAnalysis: ...

@@ -64,6 +64,10 @@ class BoundaryFinder:
             return cls([t.content for t in added], safe)
         return cls((), ())
 
+    @property
+    def boundary_tokens(self) -> frozenset[str]:
+        return self._boundary
+
     def boundaries(self, text: str) -> list[Boundary]:
         """Boundaries of ``text`` in order; a boundary at the very end of the text is included."""
         if self._pattern is None:

@@ -1,0 +1,154 @@
+"""KV service feeds against real HTTP servers (a fake worker's /kv/blocks + /kv/events SSE) and real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from gateway.kvcontract.events import EVENTS_STREAM, EventType, KVEvent, Tier
+from gateway.kvindex.service import KVService, KVServiceConfig, open_kv_service
+from tests.support.fake_kv_worker import FakeKVWorker
+from tests.support.redis_server import new_redis_server
+
+pytestmark = pytest.mark.integration
+
+FAST = KVServiceConfig(backoff_initial_s=0.05, backoff_max_s=0.2, relay_lease_s=0.6)
+
+
+async def eventually(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not pred():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition not met")
+        await asyncio.sleep(0.01)
+
+
+def gpu_blocks(service: KVService, worker: str, hashes: list[int]) -> int:
+    return service.index.longest_prefix(hashes, [worker])[worker].gpu_blocks
+
+
+def stored(worker: str, hashes: list[int], tier: Tier = Tier.GPU) -> KVEvent:
+    return KVEvent(worker=worker, type=EventType.STORED, tier=tier, hashes=tuple(hashes))
+
+
+@pytest.fixture
+async def worker() -> AsyncIterator[FakeKVWorker]:
+    w = FakeKVWorker("self-a")
+    await w.start()
+    try:
+        yield w
+    finally:
+        await w.stop()
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as c:
+        yield c
+
+
+async def test_snapshot_then_events_land_under_the_registry_id(worker: FakeKVWorker, client):
+    worker.tiers = {"gpu": [1, 2], "dram": [3]}
+    async with open_kv_service(state_url="memory", block_size=16, client=client, config=FAST) as service:
+        service.add_worker("reg-a", worker.url)
+        await eventually(lambda: gpu_blocks(service, "reg-a", [1, 2, 3]) == 2)
+        assert service.index.longest_prefix([1, 2, 3], ["reg-a"])["reg-a"].tier_blocks == 1
+        await eventually(lambda: worker.num_subscribers == 1)
+        worker.emit([stored("self-a", [3, 4])])
+        await eventually(lambda: gpu_blocks(service, "reg-a", [1, 2, 3, 4]) == 4)
+        assert gpu_blocks(service, "self-a", [1]) == 0
+        assert service.aliases.resolve("self-a") == "reg-a"
+
+
+async def test_reconnect_rebuilds_from_a_fresh_snapshot(worker: FakeKVWorker, client):
+    worker.tiers = {"gpu": [1, 2]}
+    async with open_kv_service(state_url="memory", block_size=16, client=client, config=FAST) as service:
+        service.add_worker("reg-a", worker.url)
+        await eventually(lambda: gpu_blocks(service, "reg-a", [1, 2]) == 2)
+        worker.tiers = {"gpu": [7]}  # the worker restarted with another cache
+        worker.drop_connections()
+        await eventually(lambda: gpu_blocks(service, "reg-a", [7]) == 1)
+        assert gpu_blocks(service, "reg-a", [1, 2]) == 0
+        assert worker.num_snapshots >= 2
+
+
+async def test_worker_with_another_block_size_is_not_indexed(client):
+    odd = FakeKVWorker("odd", block_size=32)
+    odd.tiers = {"gpu": [1]}
+    await odd.start()
+    try:
+        async with open_kv_service(state_url="memory", block_size=16, client=client, config=FAST) as service:
+            service.add_worker("reg-odd", odd.url)
+            await eventually(lambda: odd.num_snapshots >= 2)
+            assert gpu_blocks(service, "reg-odd", [1]) == 0
+    finally:
+        await odd.stop()
+
+
+async def test_remove_worker_stops_the_feed_and_forgets_blocks(worker: FakeKVWorker, client):
+    worker.tiers = {"gpu": [1]}
+    async with open_kv_service(state_url="memory", block_size=16, client=client, config=FAST) as service:
+        service.add_worker("reg-a", worker.url)
+        await eventually(lambda: gpu_blocks(service, "reg-a", [1]) == 1)
+        service.remove_worker("reg-a")
+        await eventually(lambda: worker.num_subscribers == 0)
+        assert gpu_blocks(service, "reg-a", [1]) == 0
+
+
+async def stream_entries_mentioning(redis: Redis, needle: bytes) -> int:
+    entries = await redis.xrange(EVENTS_STREAM)
+    return sum(needle in fields[b"e"] for _id, fields in entries)
+
+
+async def test_two_replicas_share_one_relay_per_worker(worker: FakeKVWorker, client, redis_url: str):
+    worker.tiers = {"gpu": [1]}
+    redis = Redis.from_url(redis_url)
+    async with (
+        open_kv_service(state_url=redis_url, block_size=16, client=client, config=FAST) as one,
+        open_kv_service(state_url=redis_url, block_size=16, client=client, config=FAST) as two,
+    ):
+        one.add_worker("reg-a", worker.url)
+        two.add_worker("reg-a", worker.url)
+        await eventually(lambda: worker.num_subscribers >= 1)
+        marker = 987_654_321_012
+        worker.emit([stored("self-a", [1, marker])])
+        for service in (one, two):
+            await eventually(lambda s=service: gpu_blocks(s, "reg-a", [1, marker]) == 2)
+        assert not one.degraded and not two.degraded
+        assert worker.num_subscribers == 1
+        assert await stream_entries_mentioning(redis, str(marker).encode()) == 1
+    await redis.aclose()
+
+
+async def test_redis_down_degrades_then_recovers_by_itself(worker: FakeKVWorker, client, tmp_path: Path):
+    server = new_redis_server(tmp_path / "redis")
+    try:
+        async with open_kv_service(state_url=server.url, block_size=16, client=client, config=FAST) as service:
+            service.add_worker("reg-a", worker.url)
+            await eventually(lambda: worker.num_subscribers == 1)
+            worker.emit([stored("self-a", [1])])
+            await eventually(lambda: gpu_blocks(service, "reg-a", [1]) == 1)
+
+            await asyncio.to_thread(server.stop)
+            await eventually(lambda: service.degraded)
+            service.index.record_routed("reg-a", [1, 2])  # routing keeps working on the local copy
+            assert gpu_blocks(service, "reg-a", [1, 2]) == 2
+            await eventually(lambda: worker.num_subscribers == 1)  # followed directly while degraded
+            worker.emit([stored("self-a", [1, 2, 3])])
+            await eventually(lambda: gpu_blocks(service, "reg-a", [1, 2, 3]) == 3)
+
+            await asyncio.to_thread(server.start)
+            await eventually(lambda: not service.degraded, timeout_s=20)
+            await eventually(lambda: worker.num_subscribers == 1 and worker.num_snapshots >= 3)
+            worker.emit([stored("self-a", [1, 2, 3, 4])])
+            await eventually(lambda: gpu_blocks(service, "reg-a", [1, 2, 3, 4]) == 4)
+            redis = Redis.from_url(server.url)
+            assert await stream_entries_mentioning(redis, b"4") >= 1
+            await redis.aclose()
+    finally:
+        await asyncio.to_thread(server.stop)

@@ -1,0 +1,179 @@
+"""``TorchEngine``: the ``Engine`` protocol over ``EngineCore``, stepped by one asyncio task.
+
+The step (model forward, sampling) runs in a worker thread through ``asyncio.to_thread`` so the HTTP
+loop keeps serving while the CPU or GPU computes; everything else (queues, events, the cached-hash
+snapshot) stays on the event loop. Each request's ``generate`` waits only on its own queue of chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from gateway.kvcontract.events import EventType, KVEvent
+from gateway.tokenize.tokenizer import Tokenizer
+from workers.engine.core import EngineCore, StepResult
+from workers.engine_api import (
+    ContextTooLongError,
+    EventHub,
+    EventSubscription,
+    GenerationChunk,
+    GenerationRequest,
+    InvalidRequestError,
+    LoadInfo,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineIdentity:
+    """What the engine serves: the model id (KV hash root), the worker id on its events, the vocab size."""
+
+    model_id: str
+    worker_id: str
+    vocab_size: int
+
+
+class TorchEngine:
+    """A real model behind continuous batching and a prefix-cached paged KV cache.
+
+    Args:
+        core: the synchronous engine (model runner, scheduler, block manager).
+        tokenizer: the tokenizer the served token ids belong to.
+        identity: model id, worker id and vocabulary size.
+    """
+
+    def __init__(self, core: EngineCore, tokenizer: Tokenizer, identity: EngineIdentity) -> None:
+        self._core = core
+        self._tokenizer = tokenizer
+        self._identity = identity
+        self._hub = EventHub()
+        self._cached: dict[int, None] = {}
+        self._queues: dict[str, asyncio.Queue[GenerationChunk]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def model_id(self) -> str:
+        return self._identity.model_id
+
+    @property
+    def worker_id(self) -> str:
+        return self._identity.worker_id
+
+    @property
+    def block_size(self) -> int:
+        return self._core.scheduler.blocks.block_size
+
+    @property
+    def max_model_len(self) -> int:
+        return self._core.max_model_len
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    @property
+    def core(self) -> EngineCore:
+        return self._core
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        self._validate(request)
+        queue: asyncio.Queue[GenerationChunk] = asyncio.Queue()
+        self._queues[request.request_id] = queue
+        self._core.submit(request)
+        self._wake.set()
+        finished = False
+        try:
+            while not finished:
+                chunk = await queue.get()
+                finished = chunk.finish_reason is not None
+                yield chunk
+        finally:
+            self._queues.pop(request.request_id, None)
+            if not finished:
+                self._core.abort(request.request_id)
+                self._wake.set()
+
+    def load(self) -> LoadInfo:
+        sched = self._core.scheduler
+        blocks = sched.blocks
+        return LoadInfo(
+            running=len(sched.running),
+            waiting=len(sched.waiting) + self._core.num_pending,
+            kv_usage=blocks.usage,
+            num_cached_blocks=len(self._cached),
+            num_total_blocks=blocks.num_total_blocks,
+        )
+
+    def cached_block_hashes(self) -> Mapping[str, Sequence[int]]:
+        return {"gpu": list(self._cached)}
+
+    def subscribe(self) -> EventSubscription:
+        return self._hub.subscribe()
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="kvgate-engine-loop")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._deliver(StepResult(chunks=self._core.abort_all()))
+        self._hub.close()
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _validate(self, request: GenerationRequest) -> None:
+        prompt = request.prompt_token_ids
+        if not prompt:
+            raise InvalidRequestError("the prompt must contain at least one token", "prompt")
+        if request.request_id in self._queues:
+            raise InvalidRequestError(f"request id {request.request_id!r} is already in flight")
+        vocab = self._identity.vocab_size
+        if min(prompt) < 0 or max(prompt) >= vocab:
+            raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})", "prompt")
+        limit = self.max_model_len
+        if len(prompt) + request.sampling.max_tokens > limit:
+            raise ContextTooLongError(
+                f"this model's maximum context length is {limit} tokens; the prompt has {len(prompt)} "
+                f"and max_tokens is {request.sampling.max_tokens}: shorten the prompt or lower max_tokens",
+                "max_tokens",
+            )
+
+    async def _run(self) -> None:
+        while True:
+            if not self._core.has_work:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                result = await asyncio.to_thread(self._core.step)
+            except Exception:  # a failed step must not take the worker down: abort what was in flight
+                logger.exception("engine step failed; aborting %d requests", len(self._queues))
+                result = StepResult(chunks=self._core.abort_all())
+            self._deliver(result)
+
+    def _deliver(self, result: StepResult) -> None:
+        for event in result.events:
+            if event.type is EventType.STORED:
+                self._cached.update(dict.fromkeys(event.hashes))
+            elif event.type is EventType.REMOVED:
+                for h in event.hashes:
+                    self._cached.pop(h, None)
+            self._hub.publish(event)
+        for request_id, chunk in result.chunks:
+            queue = self._queues.get(request_id)
+            if queue is not None:
+                queue.put_nowait(chunk)
+
+
+def _unused(event: KVEvent) -> None:  # pragma: no cover
+    del event

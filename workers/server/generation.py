@@ -1,0 +1,169 @@
+"""``POST /v1/chat/completions`` and ``POST /v1/completions`` over an ``Engine``.
+
+The handler validates and submits synchronously (so bad requests get their status before any byte is
+sent), then returns a ``GenerationResponse``: a plain ASGI response that streams SSE or collects the whole
+text, watches for the client's disconnect, and always closes the engine stream (aborting the sequence and
+freeing its blocks) when it ends early.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.tokenize.analyzer import Endpoint
+from gateway.tokenize.bundle import TokenizerBundle
+from workers.engine_api import Engine, EngineError, GenerationChunk, GenerationRequest, GenerationStream
+from workers.server.errors import ApiError, bad_request, error_body, from_engine_error
+from workers.server.openai_io import SSE_DONE, ResponseFormatter, parse_body, parse_request
+
+logger = logging.getLogger(__name__)
+
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+@dataclass(slots=True)
+class WorkerContext:
+    """What the routes need, built once by ``create_app``."""
+
+    engine: Engine
+    bundle: TokenizerBundle
+    ids: itertools.count[int]
+    id_prefix: str
+
+    def next_request_id(self, endpoint: Endpoint) -> str:
+        kind = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
+        return f"{kind}-{self.id_prefix}{next(self.ids):x}"
+
+
+def new_context(engine: Engine, bundle: TokenizerBundle) -> WorkerContext:
+    return WorkerContext(engine, bundle, itertools.count(), os.urandom(4).hex() + "-")
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _generate(request, Endpoint.CHAT)
+
+
+async def completions(request: Request) -> Response:
+    return await _generate(request, Endpoint.COMPLETIONS)
+
+
+async def _generate(request: Request, endpoint: Endpoint) -> Response:
+    ctx: WorkerContext = request.app.state.worker
+    engine = ctx.engine
+    try:
+        parsed = parse_request(parse_body(await request.body()), endpoint, engine.model_id)
+        try:
+            token_ids = ctx.bundle.encode(parsed.prompt)
+        except ValueError as exc:  # chat template errors and bad prompts are the client's
+            raise bad_request(str(exc), "messages" if endpoint is Endpoint.CHAT else "prompt") from exc
+        sampling = parsed.sampling(len(token_ids), engine.max_model_len)
+        request_id = ctx.next_request_id(endpoint)
+        gen_req = GenerationRequest(request_id, tuple(token_ids), sampling, parsed.model, parsed.extra_keys)
+        stream = engine.generate(gen_req)
+    except ApiError as exc:
+        return exc.response()
+    except EngineError as exc:
+        return from_engine_error(exc).response()
+    fmt = ResponseFormatter(endpoint, request_id, parsed.model)
+    return GenerationResponse(stream, fmt, is_sse=parsed.stream, include_usage=parsed.include_usage)
+
+
+class GenerationResponse(Response):
+    """Streams (SSE) or collects one engine stream; aborts it if the client leaves first."""
+
+    def __init__(
+        self, stream: GenerationStream, fmt: ResponseFormatter, *, is_sse: bool, include_usage: bool
+    ) -> None:  # fmt: skip
+        self._stream = stream
+        self._fmt = fmt
+        self._is_sse = is_sse
+        self._include_usage = include_usage
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None, "ASGI apps run in a task"
+        watcher = asyncio.create_task(_cancel_on_disconnect(receive, task))
+        try:
+            if self._is_sse:
+                await self._send_sse(send)
+            else:
+                await self._send_json(send)
+        except asyncio.CancelledError:
+            if not (watcher.done() and not watcher.cancelled()):
+                raise
+            task.uncancel()  # the client left: nothing to answer
+        finally:
+            watcher.cancel()
+            await self._stream.aclose()
+
+    async def _send_sse(self, send: Send) -> None:
+        fmt = self._fmt
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        role = fmt.sse_role()
+        if role:
+            await send({"type": "http.response.body", "body": role, "more_body": True})
+        last: GenerationChunk | None = None
+        try:
+            async for chunk in self._stream:
+                last = chunk
+                fr = None if chunk.finish_reason is None else chunk.finish_reason.value
+                if chunk.text or fr is not None:
+                    await send(
+                        {
+                            "type": "http.response.body",
+                            "body": fmt.sse_chunk(chunk.text, fr),
+                            "more_body": True,
+                        }
+                    )
+        except EngineError as exc:
+            logger.warning("engine error mid-stream: %s", exc)
+            body = b"data: " + error_body(str(exc), type_="internal_error") + b"\n\n"
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        if self._include_usage and last is not None:
+            await send({"type": "http.response.body", "body": fmt.sse_usage(last), "more_body": True})
+        await send({"type": "http.response.body", "body": SSE_DONE, "more_body": False})
+
+    async def _send_json(self, send: Send) -> None:
+        parts: list[str] = []
+        last: GenerationChunk | None = None
+        try:
+            async for chunk in self._stream:
+                parts.append(chunk.text)
+                last = chunk
+        except EngineError as exc:
+            error = from_engine_error(exc)
+            body = error_body(error.message, type_=error.type, param=error.param, code=error.code)
+            await _send_whole(send, error.status, body)
+            return
+        if last is None:
+            raise RuntimeError("the engine stream ended without a final chunk")
+        await _send_whole(send, 200, self._fmt.full("".join(parts), last))
+
+
+async def _send_whole(send: Send, status: int, body: bytes) -> None:
+    headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[object]) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    task.cancel()
+
+
+__all__ = ["GenerationResponse", "WorkerContext", "chat_completions", "completions", "new_context"]
