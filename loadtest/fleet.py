@@ -36,6 +36,8 @@ class FleetSpec:
     sim: bool = True
     model: str = "tiny"
     worker_args: tuple[str, ...] = ()
+    #: extra flags for individual workers (index i gets ``per_worker_args[i]``), e.g. one slow worker
+    per_worker_args: tuple[tuple[str, ...], ...] = ()
     gateway_args: tuple[str, ...] = ()
     redis_url: str | None = None
     router_cmd: str | None = None
@@ -49,6 +51,10 @@ class Fleet:
     gateway_urls: list[str] = field(default_factory=list)
     redis_url: str | None = None
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    worker_procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    gateway_procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    redis_cmd: list[str] | None = None
+    redis_proc: subprocess.Popen[bytes] | None = None
 
 
 def free_port() -> int:
@@ -61,9 +67,9 @@ def _kvgate(*args: str) -> list[str]:
     return [sys.executable, "-m", "gateway.cli", *args]
 
 
-def _start(fleet: Fleet, cmd: Sequence[str], log: Path) -> None:
+def _start(fleet: Fleet, cmd: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "wb") as fh:
+    with open(log, "ab") as fh:
         proc = subprocess.Popen(
             list(cmd),
             stdout=fh,
@@ -72,6 +78,7 @@ def _start(fleet: Fleet, cmd: Sequence[str], log: Path) -> None:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
     fleet.procs.append(proc)
+    return proc
 
 
 def _wait_ready(fleet: Fleet, urls: Sequence[str], path: str, timeout_s: float) -> None:
@@ -79,7 +86,7 @@ def _wait_ready(fleet: Fleet, urls: Sequence[str], path: str, timeout_s: float) 
     pending = list(urls)
     while pending:
         for proc in fleet.procs:
-            if proc.poll() is not None:
+            if proc.poll() is not None and proc is not fleet.redis_proc:
                 raise RuntimeError(f"a fleet process exited early (code {proc.returncode}): {proc.args!r}")
         pending = [u for u in pending if not _ok(u + path)]
         if pending and time.monotonic() > deadline:
@@ -116,11 +123,9 @@ def _start_workers(fleet: Fleet, spec: FleetSpec) -> None:
     for i in range(spec.workers):
         port = free_port()
         mode = ["--sim"] if spec.sim else ["--model", spec.model]
-        _start(
-            fleet,
-            _kvgate("worker", *mode, "--host", HOST, "--port", str(port), *spec.worker_args),
-            spec.log_dir / f"worker-{i}.log",
-        )
+        extra = spec.per_worker_args[i] if i < len(spec.per_worker_args) else ()
+        cmd = _kvgate("worker", *mode, "--host", HOST, "--port", str(port), *spec.worker_args, *extra)
+        fleet.worker_procs.append(_start(fleet, cmd, spec.log_dir / f"worker-{i}.log"))
         fleet.worker_urls.append(f"http://{HOST}:{port}")
 
 
@@ -129,12 +134,23 @@ def _start_redis(fleet: Fleet, spec: FleetSpec) -> str:
     if exe is None:
         raise RuntimeError("several gateways need redis-server: install it (apt-get install redis-server)")
     port = free_port()
-    _start(
-        fleet,
-        [exe, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no"],
-        spec.log_dir / "redis.log",
-    )
+    fleet.redis_cmd = [exe, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no"]
+    fleet.redis_proc = _start(fleet, fleet.redis_cmd, spec.log_dir / "redis.log")
     return f"redis://{HOST}:{port}/0"
+
+
+def kill_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a fleet process (fault injection)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(5)
+
+
+def restart_redis(fleet: Fleet, log: Path) -> None:
+    """Start the fleet's private redis-server again on the same port (after ``kill_process``)."""
+    if fleet.redis_cmd is None:
+        raise RuntimeError("this fleet has no private redis-server")
+    fleet.redis_proc = _start(fleet, fleet.redis_cmd, log)
 
 
 def _start_gateways(fleet: Fleet, spec: FleetSpec) -> None:
@@ -162,7 +178,7 @@ def _start_gateways(fleet: Fleet, spec: FleetSpec) -> None:
                 state,
                 *spec.gateway_args,
             )
-        _start(fleet, cmd, spec.log_dir / f"gateway-{i}.log")
+        fleet.gateway_procs.append(_start(fleet, cmd, spec.log_dir / f"gateway-{i}.log"))
         fleet.gateway_urls.append(f"http://{HOST}:{port}")
 
 

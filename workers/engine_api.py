@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from gateway.kvcontract.events import KVEvent
 
 if TYPE_CHECKING:
-    from gateway.tokenize.tokenizer import Tokenizer
+    from gateway.tokenize.bundle import TokenizerBundle
 
 DEFAULT_EVENT_QUEUE: Final = 65_536
 
@@ -164,8 +164,11 @@ class Engine(Protocol):
         ...
 
     @property
-    def tokenizer(self) -> Tokenizer:
-        """The tokenizer (and chat template) the engine's token ids belong to."""
+    def bundle(self) -> TokenizerBundle:
+        """The tokenizer, chat template and special tokens the engine's token ids belong to.
+
+        The server renders and tokenizes with it and serves it on ``GET /tokenizer``.
+        """
         ...
 
     def generate(self, request: GenerationRequest) -> GenerationStream:

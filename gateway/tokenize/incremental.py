@@ -72,7 +72,10 @@ class IncrementalEncoder:
             return self.full(text, root)
         ids = np.concatenate((head, np.asarray(tail, dtype=_IDS))) if tail else head
         start = len(cached)
-        hashes = [*cached, *chain_hashes(ids, root, self._block_size, start=start, parent=cached[-1] if start else None)]
+        hashes = [
+            *cached,
+            *chain_hashes(ids, root, self._block_size, start=start, parent=cached[-1] if start else None),
+        ]
         self._cache.store(keys[-1], CachedPrefix(head, tuple(hashes[: len(head) // self._block_size])))
         return ids, hashes
 

@@ -95,8 +95,12 @@ async def test_remove_worker_stops_the_feed_and_forgets_blocks(worker: FakeKVWor
     async with open_kv_service(state_url="memory", block_size=16, client=client, config=FAST) as service:
         service.add_worker("reg-a", worker.url)
         await eventually(lambda: gpu_blocks(service, "reg-a", [1]) == 1)
+        task = service.workers["reg-a"]
         service.remove_worker("reg-a")
-        await eventually(lambda: worker.num_subscribers == 0)
+        await eventually(task.done)
+        assert gpu_blocks(service, "reg-a", [1]) == 0
+        worker.emit([stored("self-a", [1])])
+        await asyncio.sleep(0.05)  # nothing may arrive: no condition to poll for an absence
         assert gpu_blocks(service, "reg-a", [1]) == 0
 
 

@@ -68,8 +68,17 @@ class FakeKVWorker:
         self._subscribers.append(queue)
         try:
             await resp.write(b": connected\n\n")
-            while (payload := await queue.get()) is not None:
+            while True:
+                try:
+                    payload = await asyncio.wait_for(queue.get(), 0.05)
+                except TimeoutError:
+                    await resp.write(b": heartbeat\n\n")  # notices a client that went away
+                    continue
+                if payload is None:
+                    break
                 await resp.write(b"data: " + payload + b"\n\n")
+        except ConnectionError:
+            pass
         finally:
             self._subscribers.remove(queue)
         return resp

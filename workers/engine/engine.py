@@ -8,13 +8,12 @@ snapshot) stays on the event loop. Each request's ``generate`` waits only on its
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.kvcontract.events import EventType, KVEvent
-from gateway.tokenize.tokenizer import Tokenizer
+from gateway.kvcontract.events import EventType
+from gateway.tokenize.bundle import TokenizerBundle
 from workers.engine.core import EngineCore, StepResult
 from workers.engine_api import (
     ContextTooLongError,
@@ -43,19 +42,20 @@ class TorchEngine:
 
     Args:
         core: the synchronous engine (model runner, scheduler, block manager).
-        tokenizer: the tokenizer the served token ids belong to.
+        bundle: the tokenizer and chat template the served token ids belong to.
         identity: model id, worker id and vocabulary size.
     """
 
-    def __init__(self, core: EngineCore, tokenizer: Tokenizer, identity: EngineIdentity) -> None:
+    def __init__(self, core: EngineCore, bundle: TokenizerBundle, identity: EngineIdentity) -> None:
         self._core = core
-        self._tokenizer = tokenizer
+        self._bundle = bundle
         self._identity = identity
         self._hub = EventHub()
         self._cached: dict[int, None] = {}
         self._queues: dict[str, asyncio.Queue[GenerationChunk]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @property
     def model_id(self) -> str:
@@ -74,30 +74,26 @@ class TorchEngine:
         return self._core.max_model_len
 
     @property
-    def tokenizer(self) -> Tokenizer:
-        return self._tokenizer
+    def bundle(self) -> TokenizerBundle:
+        return self._bundle
 
     @property
     def core(self) -> EngineCore:
         return self._core
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+    def generate(self, request: GenerationRequest) -> TorchStream:
+        """Validate and queue ``request`` (raises at once on bad input); returns its chunk stream."""
         self._validate(request)
         queue: asyncio.Queue[GenerationChunk] = asyncio.Queue()
         self._queues[request.request_id] = queue
         self._core.submit(request)
         self._wake.set()
-        finished = False
-        try:
-            while not finished:
-                chunk = await queue.get()
-                finished = chunk.finish_reason is not None
-                yield chunk
-        finally:
-            self._queues.pop(request.request_id, None)
-            if not finished:
-                self._core.abort(request.request_id)
-                self._wake.set()
+        return TorchStream(self, request.request_id, queue)
+
+    def _abort(self, request_id: str) -> None:
+        if self._queues.pop(request_id, None) is not None:
+            self._core.abort(request_id)
+            self._wake.set()
 
     def load(self) -> LoadInfo:
         sched = self._core.scheduler
@@ -122,9 +118,10 @@ class TorchEngine:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Let a step running in its thread finish: the core must not be touched from two threads.
+            self._stopping = True
+            self._wake.set()
+            await self._task
             self._task = None
         self._deliver(StepResult(chunks=self._core.abort_all()))
         self._hub.close()
@@ -149,7 +146,7 @@ class TorchEngine:
             )
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             if not self._core.has_work:
                 self._wake.clear()
                 await self._wake.wait()
@@ -173,7 +170,33 @@ class TorchEngine:
             queue = self._queues.get(request_id)
             if queue is not None:
                 queue.put_nowait(chunk)
+                if chunk.finish_reason is not None:
+                    del self._queues[request_id]
 
 
-def _unused(event: KVEvent) -> None:  # pragma: no cover
-    del event
+class TorchStream:
+    """One request's chunks; ``aclose`` aborts the sequence (freeing its blocks) unless it finished."""
+
+    __slots__ = ("_engine", "_finished", "_queue", "_request_id")
+
+    def __init__(self, engine: TorchEngine, request_id: str, queue: asyncio.Queue[GenerationChunk]) -> None:
+        self._engine = engine
+        self._request_id = request_id
+        self._queue = queue
+        self._finished = False
+
+    def __aiter__(self) -> TorchStream:
+        return self
+
+    async def __anext__(self) -> GenerationChunk:
+        if self._finished:
+            raise StopAsyncIteration
+        chunk = await self._queue.get()
+        if chunk.finish_reason is not None:
+            self._finished = True
+        return chunk
+
+    async def aclose(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self._engine._abort(self._request_id)

@@ -113,7 +113,8 @@ class Attention(nn.Module):
             out = self.kernels.paged_prefill_attention(
                 q, k_cache, v_cache, batch.block_tables, batch.cu_seqlens_q, batch.context_lens, self.scale
             )
-        return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
+        projected: torch.Tensor = self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
+        return projected
 
 
 class SwiGLU(nn.Module):
@@ -126,4 +127,5 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        out: torch.Tensor = self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out

@@ -37,7 +37,8 @@ class DecoderLayer(nn.Module):
         kv_cache: tuple[torch.Tensor, torch.Tensor],
     ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, batch, kv_cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        out: torch.Tensor = x + self.mlp(self.post_attention_layernorm(x))
+        return out
 
 
 class LlamaModel(nn.Module):

@@ -63,4 +63,5 @@ class ModelRunner:
     def run(self, items: Sequence[ScheduledSeq], block_tables: Sequence[Sequence[int]]) -> torch.Tensor:
         """Compute the new tokens' KV and return fp32 logits of each sequence's last new token."""
         input_ids, batch = self.prepare(items, block_tables)
-        return self.model(input_ids, batch, self.kv_cache.layers)
+        logits: torch.Tensor = self.model(input_ids, batch, self.kv_cache.layers)
+        return logits

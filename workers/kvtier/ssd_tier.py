@@ -18,8 +18,10 @@ a counted miss and is deleted (it will be written again); disk errors are counte
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -38,7 +40,7 @@ from workers.kvtier.stats import TierStats
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-_Read = tuple[bytes | None, Verdict | None, int]  # value, verdict (None: absent or I/O error), errors
+_Read = tuple[bytes | None, Verdict | None, str]  # value, verdict (None: absent or I/O error), error text
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,7 @@ class SsdTierConfig:
         io_threads: threads for parallel file reads and writes.
         fsync: fsync each file before the rename (survives power loss; slower). Without it a torn file
             after a crash fails its checksum and is a miss.
+        log_interval_s: at most one I/O-failure warning per interval.
     """
 
     root: Path
@@ -61,6 +64,7 @@ class SsdTierConfig:
     layout: BlockLayout | None = None
     io_threads: int = 8
     fsync: bool = False
+    log_interval_s: float = 10.0
 
     def validate(self) -> None:
         if self.capacity_bytes <= 0 or self.io_threads <= 0:
@@ -81,7 +85,13 @@ def block_path(root: Path, model: str, block_hash: int) -> Path:
 class SsdTier:
     """``WritableTier`` on a directory. Build it with ``await SsdTier.open(config)``."""
 
-    def __init__(self, config: SsdTierConfig, *, events: TierEvents | None = None) -> None:
+    def __init__(
+        self,
+        config: SsdTierConfig,
+        *,
+        events: TierEvents | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         config.validate()
         self._cfg = config
         self._events = events
@@ -91,6 +101,8 @@ class SsdTier:
         self._total_bytes = 0
         self._stats = TierStats()
         self._degraded = False
+        self._clock = clock
+        self._last_warning = -float("inf")
 
     @classmethod
     async def open(cls, config: SsdTierConfig, *, events: TierEvents | None = None) -> SsdTier:
@@ -124,17 +136,15 @@ class SsdTier:
         try:
             value = self._path(block_hash).read_bytes()
         except FileNotFoundError:
-            return None, None, 0
+            return None, None, ""
         except OSError as exc:
-            logger.warning("SSD tier read of %016x failed: %s", block_hash, exc)
-            return None, None, 1
+            return None, None, f"read {block_hash:016x}: {exc}"
         verdict = self._check.verdict(value, block_hash)
-        return (value if verdict is Verdict.OK else None), verdict, 0
+        return (value if verdict is Verdict.OK else None), verdict, ""
 
     async def get_many(self, hashes: Sequence[int]) -> list[bytes | None]:
         reads = await asyncio.gather(*(self._run(self._read, h) for h in hashes))
-        errors = sum(r[2] for r in reads)
-        self._note(errors)
+        self._note([r[2] for r in reads])
         tally(self._stats, [r[1] for r in reads if r[1] is not None])
         damaged = [h for h, (_, v, _) in zip(hashes, reads, strict=True) if v not in (None, Verdict.OK)]
         out: list[bytes | None] = []
@@ -156,9 +166,17 @@ class SsdTier:
         self._total_bytes += size - (old or 0)
         self._lru[block_hash] = size
 
-    def _note(self, errors: int) -> None:
-        self._stats.errors += errors
-        self._degraded = errors > 0
+    def _note(self, results: Sequence[str]) -> None:
+        """Count failed file operations (non-empty error texts); warn at most once per interval."""
+        errors = [e for e in results if e]
+        self._stats.errors += len(errors)
+        self._degraded = bool(errors)
+        now = self._clock()
+        if errors and now - self._last_warning >= self._cfg.log_interval_s:
+            self._last_warning = now
+            logger.warning(
+                "SSD tier: %d operations failed (first: %s); serving misses", len(errors), errors[0]
+            )
 
     def _exists(self, hashes: Sequence[int]) -> list[bool]:
         return [self._path(h).is_file() for h in hashes]
@@ -175,8 +193,8 @@ class SsdTier:
     async def contains_prefix(self, hashes: Sequence[int]) -> int:
         return leading_present(await self.exists_many(hashes))
 
-    def _write(self, block_hash: int, value: bytes) -> int:
-        """Write one file atomically; return 1 on an I/O error, else 0."""
+    def _write(self, block_hash: int, value: bytes) -> str:
+        """Write one file atomically; return the error text, empty on success."""
         path = self._path(block_hash)
         tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
         try:
@@ -188,15 +206,15 @@ class SsdTier:
                     os.fsync(fh.fileno())
             os.replace(tmp, path)
         except OSError as exc:
-            logger.warning("SSD tier write of %016x failed: %s", block_hash, exc)
-            tmp.unlink(missing_ok=True)
-            return 1
-        return 0
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            return f"write {block_hash:016x}: {exc}"
+        return ""
 
     async def put_many(self, blocks: Sequence[tuple[int, bytes]]) -> int:
         fits = [(h, v) for h, v in blocks if len(v) <= self._cfg.capacity_bytes]
         failed = await asyncio.gather(*(self._run(self._write, h, v) for h, v in fits))
-        self._note(sum(failed))
+        self._note(failed)
         stored = [(h, v) for (h, v), err in zip(fits, failed, strict=True) if not err]
         for h, v in stored:
             self._touch(h, len(v))
@@ -227,9 +245,8 @@ class SsdTier:
                 out.append(True)
             except FileNotFoundError:
                 out.append(False)
-            except OSError as exc:
-                logger.warning("SSD tier unlink of %016x failed: %s", h, exc)
-                out.append(False)
+            except OSError:
+                out.append(False)  # the directory is gone or unwritable: nothing left to remove
         return out
 
     async def delete_many(self, hashes: Sequence[int]) -> int:

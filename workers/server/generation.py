@@ -48,8 +48,8 @@ class WorkerContext:
         return f"{kind}-{self.id_prefix}{next(self.ids):x}"
 
 
-def new_context(engine: Engine, bundle: TokenizerBundle) -> WorkerContext:
-    return WorkerContext(engine, bundle, itertools.count(), os.urandom(4).hex() + "-")
+def new_context(engine: Engine) -> WorkerContext:
+    return WorkerContext(engine, engine.bundle, itertools.count(), os.urandom(4).hex() + "-")
 
 
 async def chat_completions(request: Request) -> Response:

@@ -15,7 +15,7 @@ from typing import Final
 
 from gateway.kvcontract.events import KVEvent
 from gateway.kvcontract.hashing import DEFAULT_BLOCK_SIZE
-from gateway.tokenize.tokenizer import Tokenizer
+from gateway.tokenize.bundle import TokenizerBundle
 from workers.engine.block_manager import BlockManager
 from workers.engine_api import EventHub, EventSubscription, GenerationChunk, GenerationRequest, LoadInfo
 from workers.sim.scheduler import SimScheduler, SimSequence, SimTiming
@@ -49,7 +49,7 @@ class SimEngine:
 
     Args:
         config: model name, KV pool and timing.
-        tokenizer: the served tokenizer (prompts are token ids of it; output words are encoded with it).
+        bundle: the served tokenizer and template (output words are encoded with its tokenizer).
         clock: monotonic seconds for the timing model.
         wall_clock: epoch seconds for KV event timestamps.
     """
@@ -57,13 +57,13 @@ class SimEngine:
     def __init__(
         self,
         config: SimConfig,
-        tokenizer: Tokenizer,
+        bundle: TokenizerBundle,
         *,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._config = config
-        self._tokenizer = tokenizer
+        self._bundle = bundle
         self._clock = clock
         self._hub = EventHub()
         blocks = BlockManager(
@@ -73,7 +73,7 @@ class SimEngine:
             worker_id=config.worker_id,
             clock=wall_clock,
         )
-        self._scheduler = SimScheduler(blocks, config.timing, WordBook(tokenizer.encode), config.model)
+        self._scheduler = SimScheduler(blocks, config.timing, WordBook(bundle.tokenizer.encode), config.model)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -94,8 +94,8 @@ class SimEngine:
         return self._config.timing.max_model_len
 
     @property
-    def tokenizer(self) -> Tokenizer:
-        return self._tokenizer
+    def bundle(self) -> TokenizerBundle:
+        return self._bundle
 
     def generate(self, request: GenerationRequest) -> SimStream:
         """Queue a request (raises ``ContextTooLongError`` at once) and return its chunk stream."""

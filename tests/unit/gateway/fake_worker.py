@@ -27,6 +27,13 @@ class FakeWorker:
     cancelled: int = 0
     finished: int = 0
     healthy: bool = True
+    runner: web.AppRunner | None = None
+
+    async def stop(self) -> None:
+        """Stop listening: later connections are refused."""
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
 
     @property
     def url(self) -> str:
@@ -114,15 +121,13 @@ def make_app(worker: FakeWorker) -> web.Application:
 @asynccontextmanager
 async def running(*workers: FakeWorker) -> AsyncIterator[tuple[FakeWorker, ...]]:
     """Serve each fake worker on a free loopback port for the duration of the context."""
-    runners = []
     try:
         for worker in workers:
             worker.port = worker.port or free_port()
-            runner = web.AppRunner(make_app(worker), handle_signals=False, shutdown_timeout=0.1)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", worker.port).start()
-            runners.append(runner)
+            worker.runner = web.AppRunner(make_app(worker), handle_signals=False, shutdown_timeout=0.1)
+            await worker.runner.setup()
+            await web.TCPSite(worker.runner, "127.0.0.1", worker.port).start()
         yield workers
     finally:
-        for runner in runners:
-            await runner.cleanup()
+        for worker in workers:
+            await worker.stop()

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from gateway.kvcontract.wire import WireError, unpack_block  # noqa: E402
-from workers.kvtier.codec import BlockCodec, KVGeometry  # noqa: E402
+from gateway.kvcontract.wire import WireError, unpack_block
+from workers.kvtier.codec import BlockCodec, KVGeometry
 
 LAYERS, BLOCKS, BS, HEADS, DIM = 3, 6, 4, 2, 8
 
 
-def caches(dtype, seed=0):
+def caches(dtype: torch.dtype, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(seed)
     shape = (BLOCKS, BS, HEADS, DIM)
     return [

@@ -10,7 +10,7 @@ MB = 1_000_000
 BLOCK = 368_640 + 80  # SmolLM2 bf16 block + header
 
 
-def req(prompt_tokens=1024, local=0, tier=64, block_bytes=BLOCK):
+def req(prompt_tokens: int = 1024, local: int = 0, tier: int = 64, block_bytes: int = BLOCK) -> PullRequest:
     return PullRequest(prompt_tokens, 16, local, tier, block_bytes)
 
 

@@ -1,0 +1,173 @@
+"""Redis state for gateway replicas: a ``LoadBoard`` whose figures are shared through Redis.
+
+Each replica counts its own in-flight work locally (synchronous, never waits on Redis) and a background task
+publishes those figures and pulls the other replicas'. A replica writes its *absolute* counts to its own
+hash ``kvgate:load:{replica}`` (``HSET`` + ``PEXPIRE``, one pipeline) rather than ``HINCRBY`` deltas: a
+lost write or a Redis restart then heals at the next push, and a replica that dies vanishes with its key's
+TTL instead of leaving increments behind. Redis down: the board answers local figures only, ``degraded``
+is set, a warning is logged once per interval, and it recovers by itself.
+
+The KV index's Redis side lives in ``gateway/kvindex/`` (stream and relays), not here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, cast
+
+from gateway.state.protocols import WorkerLoad
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from gateway.state.factory import State
+
+logger = logging.getLogger(__name__)
+
+KEY_PREFIX: Final = "kvgate:load:"
+_SEP: Final = "\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisLoadConfig:
+    """Timing of the shared load board.
+
+    Attributes:
+        sync_interval_s: how often figures are pushed and pulled.
+        key_ttl_s: a replica's figures disappear this long after its last push.
+        warn_interval_s: at most one "Redis unreachable" warning per interval.
+    """
+
+    sync_interval_s: float = 0.05
+    key_ttl_s: float = 5.0
+    warn_interval_s: float = 30.0
+
+
+class RedisLoadBoard:
+    """``LoadBoard`` = this replica's own counts + the other replicas' last pulled counts."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        replica_id: str | None = None,
+        config: RedisLoadConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._redis = redis
+        self.replica_id = replica_id or uuid.uuid4().hex
+        self.config = config or RedisLoadConfig()
+        self._clock = clock
+        self._own: dict[str, list[int]] = {}
+        self._others: dict[str, WorkerLoad] = {}
+        self._last_warning = float("-inf")
+        self.degraded = False
+
+    @property
+    def key(self) -> str:
+        return KEY_PREFIX + self.replica_id
+
+    def acquire(self, worker: str, tokens: int) -> None:
+        counts = self._own.setdefault(worker, [0, 0])
+        counts[0] += 1
+        counts[1] += tokens
+
+    def release(self, worker: str, tokens: int) -> None:
+        counts = self._own.setdefault(worker, [0, 0])
+        counts[0] = max(0, counts[0] - 1)
+        counts[1] = max(0, counts[1] - tokens)
+
+    def get(self, worker: str) -> WorkerLoad:
+        own = self._own.get(worker)
+        other = self._others.get(worker)
+        if other is None:
+            return WorkerLoad(own[0], own[1]) if own else WorkerLoad()
+        if own is None:
+            return other
+        return WorkerLoad(own[0] + other.inflight_requests, own[1] + other.inflight_tokens)
+
+    def snapshot(self) -> Mapping[str, WorkerLoad]:
+        return {w: self.get(w) for w in self._own.keys() | self._others.keys()}
+
+    async def run(self) -> None:
+        """Push and pull forever (cancel to stop); Redis errors degrade, never raise."""
+        from redis.exceptions import RedisError
+
+        while True:
+            try:
+                await self.sync_once()
+            except (RedisError, OSError) as exc:
+                self._mark_down(exc)
+            await asyncio.sleep(self.config.sync_interval_s)
+
+    async def sync_once(self) -> None:
+        """Publish this replica's figures and pull the others' (one round trip each)."""
+        ttl_ms = int(self.config.key_ttl_s * 1000)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            mapping = {f"{w}{_SEP}r": c[0] for w, c in self._own.items()}
+            mapping.update({f"{w}{_SEP}t": c[1] for w, c in self._own.items()})
+            if mapping:
+                pipe.hset(self.key, mapping=mapping)  # type: ignore[arg-type]
+                pipe.pexpire(self.key, ttl_ms)
+            await pipe.execute()
+        keys = [k async for k in self._redis.scan_iter(match=KEY_PREFIX + "*", count=100)]
+        others = [k for k in keys if k.decode() != self.key]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in others:
+                pipe.hgetall(key)
+            hashes = cast("list[dict[bytes, bytes]]", await pipe.execute())
+        self._others = _sum_figures(hashes)
+        if self.degraded:
+            logger.warning("Redis state reachable again: load figures are fleet-wide")
+        self.degraded = False
+
+    def _mark_down(self, exc: BaseException) -> None:
+        self.degraded = True
+        self._others = {}
+        now = self._clock()
+        if now - self._last_warning >= self.config.warn_interval_s:
+            self._last_warning = now
+            logger.warning("Redis state unreachable (%s): load figures are this replica's only", exc)
+
+
+def _sum_figures(hashes: list[dict[bytes, bytes]]) -> dict[str, WorkerLoad]:
+    totals: dict[str, list[int]] = {}
+    for fields in hashes:
+        for raw, value in fields.items():
+            worker, _, kind = raw.decode().rpartition(_SEP)
+            counts = totals.setdefault(worker, [0, 0])
+            counts[0 if kind == "r" else 1] += int(value)
+    return {w: WorkerLoad(r, t) for w, (r, t) in totals.items()}
+
+
+@contextlib.asynccontextmanager
+async def open_redis_state(url: str, *, config: RedisLoadConfig | None = None) -> AsyncIterator[State]:
+    """Open the Redis state named by ``url``: a ``State`` whose ``load`` is a ``RedisLoadBoard``.
+
+    The Redis client is created here and closed on exit; the sync task runs for the context's lifetime.
+    A Redis that is down at start is not an error: the board starts degraded and recovers by itself.
+    """
+    from redis.asyncio import Redis
+    from redis.exceptions import RedisError
+
+    from gateway.state.factory import State
+
+    redis = Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=2.0)
+    board = RedisLoadBoard(redis, config=config)
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            task = tasks.create_task(board.run(), name="redis-load-board")
+            try:
+                yield State(load=board, url=url)
+            finally:
+                task.cancel()
+    finally:
+        with contextlib.suppress(RedisError, OSError):
+            await redis.delete(board.key)
+        await redis.aclose()

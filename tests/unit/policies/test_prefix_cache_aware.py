@@ -1,0 +1,97 @@
+"""prefix_cache_aware: the TTFT cost model prefers warm workers, moves off overloaded ones, credits tiers."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from policies import PolicyContext, RouteRequest, build_policy
+from policies.builtin.prefix_cache_aware import CacheCostParams, ttft_costs
+from tests.support.policy_fleets import worker
+
+BS = 16
+BLOCKS = 64  # a 1024-token prompt
+REQ = RouteRequest(model="m", num_prompt_tokens=BLOCKS * BS, block_hashes=tuple(range(BLOCKS)))
+
+
+def _pick(fleet: list, seed: int = 0, **params: object) -> str | None:
+    spec = {"type": "prefix_cache_aware", "params": params}
+    return build_policy(spec, PolicyContext(rng=random.Random(seed), block_size=BS)).select(REQ, fleet).worker
+
+
+@pytest.mark.parametrize(
+    ("fleet", "expected"),
+    [
+        ([worker("cold"), worker("warm", gpu_hit_blocks=60)], "warm"),
+        ([worker("cold"), worker("warm", gpu_hit_blocks=60, inflight_tokens=500)], "warm"),
+        ([worker("cold"), worker("warm", gpu_hit_blocks=60, inflight_tokens=3000)], "cold"),
+        ([worker("cold"), worker("warm", gpu_hit_blocks=60, queue_depth=20)], "cold"),
+        ([worker("cold"), worker("tier", tier_hit_blocks=64)], "tier"),
+        ([worker("gpu", gpu_hit_blocks=32), worker("tier", tier_hit_blocks=64)], "tier"),
+        ([worker("gpu", gpu_hit_blocks=64), worker("tier", tier_hit_blocks=64)], "gpu"),
+        ([worker("half", gpu_hit_blocks=32), worker("most", gpu_hit_blocks=48)], "most"),
+    ],
+    ids=[
+        "prefers_warm_worker",
+        "warm_worker_worth_a_short_queue",
+        "moves_off_worker_whose_queue_costs_more_than_the_hit_saves",
+        "queue_depth_counts_as_backlog",
+        "credits_tier_hits",
+        "full_tier_hit_beats_partial_gpu_hit",
+        "gpu_hit_beats_tier_hit",
+        "longer_prefix_wins",
+    ],
+)
+def test_cost_model_choices(fleet: list, expected: str) -> None:
+    assert _pick(fleet) == expected
+
+
+def test_hotspot_guard_copies_a_hot_prefix_to_a_second_worker() -> None:
+    # The warm worker's backlog (12k tokens) is under its cache credit only because the prompt is huge;
+    # it is far above the fleet mean, so the guard drops its credit and a cold worker wins.
+    big = RouteRequest(model="m", num_prompt_tokens=20_000, block_hashes=tuple(range(1250)))
+    fleet = [worker("hot", gpu_hit_blocks=1250, inflight_tokens=12_000), worker("c1"), worker("c2")]
+    ctx = PolicyContext(block_size=BS)
+    assert build_policy("prefix_cache_aware", ctx).select(big, fleet).worker in {"c1", "c2"}
+    no_guard = {"type": "prefix_cache_aware", "params": {"hotspot_margin": 100.0}}
+    assert build_policy(no_guard, ctx).select(big, fleet).worker == "hot"
+
+
+def test_costs_are_backlog_plus_uncached_plus_discounted_pulls() -> None:
+    p = CacheCostParams(tier_pull_cost=0.25, queued_request_tokens=100, hotspot_margin=1e9)
+    fleet = [worker("a", inflight_tokens=200, queue_depth=2, gpu_hit_blocks=16, tier_hit_blocks=32)]
+    costs = ttft_costs(REQ, fleet, p, BS)
+    backlog, gpu, tier = 200 + 2 * 100, 16 * BS, 32 * BS
+    assert costs["a"] == pytest.approx(backlog + (BLOCKS * BS - gpu - tier) + 0.25 * tier + 1.0)
+
+
+def test_hit_counts_beyond_the_prompt_are_capped() -> None:
+    p = CacheCostParams()
+    costs = ttft_costs(REQ, [worker("a", gpu_hit_blocks=999, tier_hit_blocks=999)], p, BS)
+    assert costs["a"] == pytest.approx(1.0)
+
+
+def test_scores_put_the_chosen_worker_at_one() -> None:
+    ctx = PolicyContext(block_size=BS)
+    decision = build_policy("prefix_cache_aware", ctx).select(REQ, [worker("a"), worker("b", gpu_hit_blocks=64)])
+    assert decision.scores["b"] == 1.0
+    assert 0.0 < decision.scores["a"] < 1.0
+    assert "TTFT" in decision.reason
+
+
+def test_ties_are_broken_by_the_seed_not_the_order() -> None:
+    fleet = [worker(f"w{i}", gpu_hit_blocks=10) for i in range(4)]
+    assert len({_pick(fleet, seed=s) for s in range(30)}) > 1
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"tier_pull_cost": 2.0}, {"prefill_tokens_per_s": 0}, {"hotspot_margin": -1}, {"bogus": 1}],
+    ids=["pull_cost_above_one", "zero_rate", "negative_margin", "unknown_key"],
+)
+def test_bad_params_stop_startup(params: dict) -> None:
+    from policies import PolicyConfigError
+
+    with pytest.raises(PolicyConfigError):
+        build_policy({"type": "prefix_cache_aware", "params": params}, PolicyContext())

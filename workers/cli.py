@@ -1,0 +1,112 @@
+"""``kvgate worker``: serve an engine (the real one, or ``--sim``) over the worker HTTP surface.
+
+The real engine is built by ``workers.engine.serve.build_engine(args)``, imported only when ``--sim`` is
+absent so a simulated worker needs neither torch nor model files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+from gateway.kvcontract.hashing import DEFAULT_BLOCK_SIZE
+
+if TYPE_CHECKING:
+    from workers.engine_api import Engine
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``kvgate worker`` (each also reads ``KVGATE_<DEST>`` and the ``--config`` YAML)."""
+    a = parser.add_argument
+    a("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    a("--port", type=int, default=9001, help="port to bind (default 9001)")
+    a("--model", default="tiny", help="model: a Hugging Face directory, a .gguf file, 'tiny' or 'smollm2'")
+    a(
+        "--model-name",
+        default=None,
+        help="served model id (default: kvgate-sim with --sim, else from --model)",
+    )
+    a("--worker-id", default=None, help="id stamped on KV events (default HOST:PORT)")
+    a("--role", choices=["both", "prefill", "decode"], default="both", help="role in a PD fleet")
+    a("--sim", action="store_true", help="run the simulated engine (no model, faithful KV accounting)")
+    a("--kv-tier", default=None, help="shared DRAM tier, redis://HOST:PORT/DB")
+    a("--ssd-dir", default=None, help="directory of the SSD tier")
+    a("--device", choices=["auto", "cpu", "cuda"], default="auto", help="device of the real engine")
+    a("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="tokens per KV block (default 16)")
+    a("--kv-tokens", type=int, default=None, help="KV pool capacity in tokens (sim default 1048576)")
+    a("--max-model-len", type=int, default=None, help="context length (sim default 32768)")
+    a("--prefill-tps", type=float, default=20_000.0, help="sim: uncached prompt tokens per second")
+    a("--decode-tps", type=float, default=50.0, help="sim: output tokens per second per running sequence")
+    a("--max-running", type=int, default=256, help="batch slots; further requests queue FIFO")
+    a("--tokenizer", default=None, help="tokenizer.json, HF directory or .gguf (sim default: byte-level)")
+    a("--seed", type=int, default=0, help="seed of the real engine's random weights/sampling")
+    a("--log-level", default="info", help="log level (debug, info, warning)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the engine and serve it until SIGINT/SIGTERM; returns the exit status."""
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        engine = _build_sim(args) if args.sim else _build_real(args)
+    except (ValueError, OSError, _MissingEngineError) as exc:
+        print(f"kvgate worker: {exc}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    from workers.server.app import create_app
+
+    app = create_app(engine)
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, loop="uvloop", http="httptools", access_log=False,
+        log_level=args.log_level.lower(), timeout_graceful_shutdown=5, backlog=4096,
+    )  # fmt: skip
+    uvicorn.Server(config).run()  # handles SIGINT/SIGTERM: stops accepting, drains, runs the lifespan exit
+    return 0
+
+
+class _MissingEngineError(Exception):
+    """The real engine is not installed or not built yet."""
+
+
+def _build_sim(args: argparse.Namespace) -> Engine:
+    from gateway.tokenize.bundle import byte_bundle, load_bundle
+    from workers.sim.engine import DEFAULT_MODEL, SimConfig, SimEngine
+    from workers.sim.scheduler import SimTiming
+
+    model = args.model_name or DEFAULT_MODEL
+    bundle = load_bundle(args.tokenizer, model=model) if args.tokenizer else byte_bundle(model)
+    context = {"max_model_len": args.max_model_len} if args.max_model_len else {}
+    timing = SimTiming(
+        prefill_tps=args.prefill_tps, decode_tps=args.decode_tps, max_running=args.max_running, **context
+    )
+    pool = {"kv_tokens": args.kv_tokens} if args.kv_tokens else {}
+    worker_id = args.worker_id or f"{args.host}:{args.port}"
+    config = SimConfig(model=model, worker_id=worker_id, block_size=args.block_size, timing=timing, **pool)
+    return SimEngine(config, bundle)
+
+
+def _build_real(args: argparse.Namespace) -> Engine:
+    try:
+        serve = importlib.import_module("workers.engine.serve")
+    except ModuleNotFoundError as exc:
+        hint = "install the worker extra: pip install 'kvgate[worker]'" if exc.name == "torch" else (
+            f"the real engine is unavailable ({exc}); use --sim for a simulated worker")  # fmt: skip
+        raise _MissingEngineError(hint) from exc
+    engine: Engine = serve.build_engine(args)
+    return engine
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m workers.cli``: the worker without the rest of the ``kvgate`` command."""
+    parser = argparse.ArgumentParser(prog="kvgate worker", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""``create_app``: the worker's ASGI app (Starlette, orjson) over any ``Engine``.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``,
+``GET /load``, ``GET /kv/events``, ``GET /kv/blocks``, ``POST /tokenize``, ``GET /tokenizer``. The engine
+is started and stopped by the app's lifespan. The real engine and the simulated one share this surface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from workers.engine_api import Engine
+from workers.server import info_routes as info
+from workers.server.errors import error_response
+from workers.server.generation import chat_completions, completions, new_context
+
+
+def create_app(engine: Engine) -> Starlette:
+    """The worker app serving ``engine`` (tokenizing with ``engine.bundle``)."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await engine.start()
+        try:
+            yield
+        finally:
+            await engine.stop()
+
+    routes = [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/models", info.models, methods=["GET"]),
+        Route("/health", info.health, methods=["GET"]),
+        Route("/load", info.load, methods=["GET"]),
+        Route("/kv/events", info.kv_events, methods=["GET"]),
+        Route("/kv/blocks", info.kv_blocks, methods=["GET"]),
+        Route("/tokenize", info.tokenize, methods=["POST"]),
+        Route("/tokenizer", info.tokenizer, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error},  # type: ignore[dict-item]
+    )
+    app.state.worker = new_context(engine)
+    return app
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    code = "not_found" if exc.status_code == 404 else None
+    return error_response(exc.status_code, str(exc.detail), code=code)
