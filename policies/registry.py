@@ -167,7 +167,8 @@ class PolicyRegistry:
 
     def _available(self, kind: Kind) -> str:
         third = ", ".join(self.third_party()) or "none installed"
-        return f"available {kind}s: {', '.join(self.names(kind))}; third-party ({GROUP}): {third}"
+        plural = "policies" if kind is Kind.POLICY else f"{kind}s"
+        return f"available {plural}: {', '.join(self.names(kind))}; third-party ({GROUP}): {third}"
 
 
 def make_registry(entry_points: Iterable[md.EntryPoint] | None = None) -> PolicyRegistry:

@@ -211,20 +211,36 @@ _CLOSED: Final = None
 class EventSubscription:
     """One subscriber's bounded queue; an async iterator of events, registered from construction on."""
 
-    __slots__ = ("_hub", "_queue")
+    __slots__ = ("_ended", "_hub", "_queue")
 
     def __init__(self, hub: EventHub, queue: asyncio.Queue[KVEvent | None]) -> None:
         self._hub = hub
         self._queue = queue
+        self._ended = False
 
     def __aiter__(self) -> EventSubscription:
         return self
 
     async def __anext__(self) -> KVEvent:
+        if self._ended:
+            raise StopAsyncIteration
         event = await self._queue.get()
         if event is None:
+            self._ended = True
             raise StopAsyncIteration
         return event
+
+    def drain(self) -> list[KVEvent]:
+        """Events already queued, without waiting (lets a consumer batch its writes)."""
+        out: list[KVEvent] = []
+        queue = self._queue
+        while not self._ended and not queue.empty():
+            event = queue.get_nowait()
+            if event is None:
+                self._ended = True
+            else:
+                out.append(event)
+        return out
 
     async def aclose(self) -> None:
         """Unsubscribe."""

@@ -54,7 +54,7 @@ class IncrementalEncoder:
         bounds = self._finder.boundaries(text) if self._cache.enabled else []
         if not bounds:
             return self.full(text, root)
-        keys = prefix_keys(text, bounds, root)
+        keys = prefix_keys(text, bounds, root, self._block_size)
         found = self._cache.lookup(keys)
         last = bounds[-1]
         try:

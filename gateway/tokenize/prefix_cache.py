@@ -8,9 +8,10 @@ position identical (``lstrip``/``rstrip`` of ``S``, a Metaspace ``prepend_scheme
 matches *all* added tokens leftmost-longest, as the library does, and uses only special, non-normalised,
 non-single-word ones as boundaries. Tests compare the cached path with full tokenization.
 
-The cache maps (hash root, prefix length, xxh3 of the rendered text up to a boundary) to that prefix's ids
-and block hashes. Each request stores one entry, at its last boundary; the next turn of the conversation
-renders the same text up to there. It is bounded by total cached tokens (LRU) and thread safe.
+The cache maps (hash root, block size, prefix length, xxh3 of the rendered text up to a boundary) to that
+prefix's ids and block hashes. Each request stores one entry, at its last boundary; the next turn of the
+conversation renders the same text up to there. It is bounded by total cached tokens (LRU), thread safe,
+and serves one tokenizer (share it only between analyzers of the same tokenizer).
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ class CachedPrefix:
     hashes: tuple[int, ...]
 
 
-CacheKey = tuple[int, int, int]  # (hash root, prefix length in characters, xxh3 of the prefix text)
+# (hash root, block size, prefix length in characters, xxh3 of the prefix text)
+CacheKey = tuple[int, int, int, int]
 
 
 class PrefixTokenCache:
@@ -146,13 +148,17 @@ class PrefixTokenCache:
                 self._tokens -= len(evicted.ids)
 
 
-def prefix_keys(text: str, boundaries: Sequence[Boundary], root: int) -> list[CacheKey]:
-    """One cache key per boundary: the text prefix up to it, hashed incrementally (one pass over the text)."""
+def prefix_keys(text: str, boundaries: Sequence[Boundary], root: int, block_size: int) -> list[CacheKey]:
+    """One cache key per boundary: the text prefix up to it, hashed incrementally (one pass over the text).
+
+    A cache must serve one tokenizer only; the root and block size are part of the key because the cached
+    block hashes depend on them.
+    """
     digest = xxhash.xxh3_64()
     keys: list[CacheKey] = []
     start = 0
     for b in boundaries:
         digest.update(text[start : b.end].encode("utf-8"))
-        keys.append((root, b.end, digest.intdigest()))
+        keys.append((root, block_size, b.end, digest.intdigest()))
         start = b.end
     return keys

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 
 from gateway.kvcontract.events import EventType, KVEvent, Tier
 from gateway.kvcontract.wire import BlockLayout, BlockMeta, pack_block
+from tests.support.redis_cluster import RedisCluster, new_redis_cluster
 from tests.support.redis_server import RedisServer, new_redis_server
 from workers.kvtier.events import TierEvents
 from workers.kvtier.layered import LayeredConfig, LayeredTier
@@ -31,6 +32,7 @@ MODEL = "org/tiny-model"
 LAYOUT = BlockLayout(num_layers=2, block_size=16, dtype="float32", shape=(2, 2, 16, 2, 32))
 BIG = 1 << 30
 KINDS = ["redis", "ssd", "layered"]
+ALL_KINDS = [*KINDS, "redis-cluster"]  # the cluster is not killed or resized: it skips those two tests
 
 
 def value(block_hash: int, *, seed: int = 0, model: str = MODEL, meta_hash: int | None = None) -> bytes:
@@ -63,10 +65,11 @@ class Env:
     redis_url: str
     redis_server: RedisServer | None  # a private server the test may reconfigure or kill
     events: list[KVEvent]
+    cluster: bool = False
 
 
 async def _redis_tier(env: Env, capacity_bytes: int) -> RedisTier:
-    cfg = RedisTierConfig(env.redis_url, MODEL, layout=LAYOUT, timeout_s=2.0)
+    cfg = RedisTierConfig(env.redis_url, MODEL, layout=LAYOUT, timeout_s=2.0, cluster=env.cluster)
     tier = RedisTier(cfg, events=TierEvents(env.events.append, "w1", Tier.DRAM))
     env.stack.push_async_callback(tier.aclose)
     if capacity_bytes < BIG:
@@ -88,7 +91,7 @@ async def _ssd_tier(env: Env, capacity_bytes: int) -> SsdTier:
 
 
 async def _redis_raw(env: Env, block_hash: int, raw: bytes) -> None:
-    client = aioredis.Redis.from_url(env.redis_url)
+    client = (aioredis.RedisCluster if env.cluster else aioredis.Redis).from_url(env.redis_url)
     await client.set(block_key("kvgate:kv", MODEL, block_hash), raw)
     await client.aclose()
 
@@ -122,7 +125,7 @@ async def _redis_recover(env: Env) -> None:
 
 
 async def _build(kind: str, env: Env, capacity_bytes: int = BIG) -> Harness:
-    if kind == "redis":
+    if kind in ("redis", "redis-cluster"):
         return Harness(
             tier=await _redis_tier(env, capacity_bytes),
             open_twin=lambda: _redis_tier(env, BIG),
@@ -167,15 +170,35 @@ async def _build(kind: str, env: Env, capacity_bytes: int = BIG) -> Harness:
     )
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=ALL_KINDS)
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(params=KINDS)
+def private_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    cluster = new_redis_cluster(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
-async def env(tmp_path: Path, redis_url: str) -> AsyncIterator[Env]:
+async def env(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Env]:
+    if kind == "redis-cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        cluster.flushall()
+        url, is_cluster = cluster.url, True
+    else:
+        url, is_cluster = request.getfixturevalue("redis_url"), False
     async with AsyncExitStack() as stack:
-        yield Env(stack, tmp_path, redis_url, None, [])
+        yield Env(stack, tmp_path, url, None, [], cluster=is_cluster)
 
 
 @pytest.fixture
@@ -221,9 +244,9 @@ async def test_delete_removes_blocks(kind: str, env: Env) -> None:
     assert await h.tier.get_many([1, 2]) == [None, value(2)]
 
 
-async def test_capacity_evicts_old_blocks(kind: str, private_env: Env) -> None:
+async def test_capacity_evicts_old_blocks(private_kind: str, private_env: Env) -> None:
     block = len(value(0))
-    h = await _build(kind, private_env, capacity_bytes=8 * block)
+    h = await _build(private_kind, private_env, capacity_bytes=8 * block)
     hashes = list(range(1, 41))
     for i in range(0, len(hashes), 4):
         await h.tier.put_many([(n, value(n)) for n in hashes[i : i + 4]])
@@ -274,8 +297,8 @@ async def test_concurrent_writers_of_one_block(kind: str, env: Env) -> None:
     assert not list(env.tmp_path.rglob("*.tmp"))  # every temp file was renamed into place
 
 
-async def test_store_outage_degrades_then_recovers(kind: str, private_env: Env) -> None:
-    h = await _build(kind, private_env)
+async def test_store_outage_degrades_then_recovers(private_kind: str, private_env: Env) -> None:
+    h = await _build(private_kind, private_env)
     blocks = [(n, value(n)) for n in (1, 2, 3)]
     await h.tier.put_many(blocks)
     await h.settle()

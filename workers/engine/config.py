@@ -106,8 +106,11 @@ def config_from_hf(raw: Mapping[str, Any]) -> ModelConfig:
         raise ModelConfigError(f"config.json lacks {exc.args[0]!r}") from exc
 
 
-def tiny_config(vocab_size: int = 512) -> ModelConfig:
-    """A small config for tests and ``--model tiny``: 2 layers, GQA 4:2, head_dim 16."""
+def tiny_config(vocab_size: int = 259) -> ModelConfig:
+    """A small config for tests and ``--model tiny``: 2 layers, GQA 4:2, head_dim 16.
+
+    The default vocabulary is the byte tokenizer's (256 bytes and 3 ChatML special tokens).
+    """
     return ModelConfig(
         vocab_size=vocab_size,
         hidden_size=64,
@@ -119,5 +122,5 @@ def tiny_config(vocab_size: int = 512) -> ModelConfig:
         max_position_embeddings=4096,
         rms_norm_eps=1e-5,
         rope_theta=10000.0,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,  # tied random embeddings make greedy decoding echo the last token
     )

@@ -32,6 +32,22 @@ class StepResult:
     events: list[KVEvent] = field(default_factory=list)
 
 
+class EventBuffer:
+    """Collects the block manager's KV events during a step (pass ``append`` as its ``on_event``)."""
+
+    __slots__ = ("_events",)
+
+    def __init__(self) -> None:
+        self._events: list[KVEvent] = []
+
+    def append(self, event: KVEvent) -> None:
+        self._events.append(event)
+
+    def drain(self) -> list[KVEvent]:
+        events, self._events = self._events, []
+        return events
+
+
 @dataclass(slots=True)
 class _Request:
     seq: Sequence
@@ -46,6 +62,7 @@ class EngineCore:
         runner: the model and its KV cache.
         scheduler: the scheduler (owning the block manager, whose events go to ``on_event``).
         decoder: the tokenizer, for output text.
+        events: where the scheduler's block manager puts its KV events.
         eos_token_ids: ids that end a sequence unless ``ignore_eos``.
         max_model_len: most tokens one sequence may hold.
         seed: seeds the generators of requests that bring no seed.
@@ -56,6 +73,7 @@ class EngineCore:
         runner: ModelRunner,
         scheduler: Scheduler,
         decoder: Decoder,
+        events: EventBuffer,
         *,
         eos_token_ids: Seq[int],
         max_model_len: int,
@@ -70,11 +88,7 @@ class EngineCore:
         self._incoming: deque[GenerationRequest] = deque()
         self._aborts: deque[str] = deque()
         self._requests: dict[str, _Request] = {}
-        self._events: list[KVEvent] = []
-
-    def on_event(self, event: KVEvent) -> None:
-        """The block manager's event sink (called inside ``step``)."""
-        self._events.append(event)
+        self._events = events
 
     @property
     def has_work(self) -> bool:
@@ -101,8 +115,7 @@ class EngineCore:
             tables = [self.scheduler.blocks.block_table(item.seq.seq_id) for item in items]
             logits = self.runner.run(items, tables)
             chunks = self._process(items, logits)
-        events, self._events = self._events, []
-        return StepResult(chunks, events)
+        return StepResult(chunks, self._events.drain())
 
     def abort_all(self) -> list[tuple[str, GenerationChunk]]:
         """Finish every request with ``abort`` (shutdown, or recovery after a failed step)."""

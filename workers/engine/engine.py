@@ -90,7 +90,8 @@ class TorchEngine:
         self._wake.set()
         return TorchStream(self, request.request_id, queue)
 
-    def _abort(self, request_id: str) -> None:
+    def abort(self, request_id: str) -> None:
+        """Abort a request in flight (its stream ends without a final chunk); no-op once it finished."""
         if self._queues.pop(request_id, None) is not None:
             self._core.abort(request_id)
             self._wake.set()
@@ -199,4 +200,4 @@ class TorchStream:
     async def aclose(self) -> None:
         if not self._finished:
             self._finished = True
-            self._engine._abort(self._request_id)
+            self._engine.abort(self._request_id)

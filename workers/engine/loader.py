@@ -74,7 +74,12 @@ def tiny_state_dict(model: LlamaForCausalLM, seed: int = TINY_SEED) -> dict[str,
     state: dict[str, torch.Tensor] = {}
     for name, param in model.state_dict().items():
         noise = torch.randn(param.shape, generator=gen, dtype=torch.float32)
-        state[name] = 1.0 + 0.1 * noise if name.endswith("norm.weight") else 0.05 * noise
+        if name.endswith("norm.weight"):
+            state[name] = 1.0 + 0.1 * noise
+        elif name.endswith("embed_tokens.weight"):
+            state[name] = noise
+        else:  # unit-variance activations, so greedy output is varied rather than one repeated token
+            state[name] = noise / param.shape[-1] ** 0.5
     return state
 
 

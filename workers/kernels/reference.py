@@ -48,7 +48,7 @@ def _gather_batch(cache: torch.Tensor, flat_table: torch.Tensor, batch: int) -> 
     """``[B, Hkv, nb * block_size, D]`` fp32 from a flattened ``[B * nb]`` block table (a copy)."""
     # index_select on a flat table is far faster on CPU than advanced indexing with a 2-D index.
     blocks = cache.index_select(0, flat_table)
-    return blocks.view(batch, -1, cache.shape[2], cache.shape[3]).transpose(1, 2).float().contiguous()
+    return blocks.view(batch, -1, cache.shape[2], cache.shape[3]).transpose(1, 2).float()
 
 
 def paged_decode_attention(

@@ -3,18 +3,17 @@
 Modules: ``protocols`` (``TierClient``, ``WritableTier``), ``redis_tier`` (dram), ``ssd_tier`` (ssd),
 ``layered`` (dram over ssd, write-behind), ``planner`` (pure pull-or-recompute decision + rate EWMA),
 ``codec`` (torch: cache blocks <-> wire values; the only module here that imports torch), ``events``
-(``stored``/``removed`` KV events for the gateway's index), ``stats``. The wire format itself lives in
+(``stored``/``removed`` KV events for the gateway's index), ``stats``, ``factory`` (``open_tier``: the
+tier the worker's ``--kv-tier``/``--ssd-dir`` flags ask for). The wire format itself lives in
 ``gateway.kvcontract.wire``.
 
 How the engine uses them (built once in the worker's ``main`` and injected; nothing here starts work):
 
 Setup::
 
-    codec = BlockCodec(model_id, KVGeometry.of(kv_caches))         # kv_caches: [(k_cache, v_cache)] per layer
-    dram = RedisTier(RedisTierConfig(url, model_id, layout=codec.layout),
-                     events=TierEvents(sink, worker_id, Tier.DRAM))
-    ssd = await SsdTier.open(SsdTierConfig(dir, model_id, capacity_bytes, layout=codec.layout), events=...)
-    tier = LayeredTier(dram, ssd)                                   # or just one of them
+    codec = BlockCodec(model_id, KVGeometry.of(kv_cache.layers))    # PagedKVCache.layers: [(k, v)] per layer
+    tier = await open_tier(TierSettings(model_id, codec.layout, redis_url=args.kv_tier, ssd_dir=args.ssd_dir),
+                           sink=event_hub.publish, worker_id=worker_id)   # None: no tier configured
     pull_bw, prefill = RateEwma(initial=200e6), RateEwma(initial=2000.0)   # bytes/s, tokens/s
 
 On a prefix miss (scheduler, before prefilling a sequence whose first ``local`` blocks hit the GPU cache)::

@@ -15,14 +15,38 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from workers.engine_api import Engine
 from workers.server import info_routes as info
 from workers.server.errors import error_response
-from workers.server.generation import chat_completions, completions, new_context
+from workers.server.generation import (
+    ENDPOINTS,
+    WorkerContext,
+    chat_completions,
+    completions,
+    new_context,
+    serve_generation,
+)
 
 
-def create_app(engine: Engine) -> Starlette:
+class WorkerApp:
+    """The ASGI entry: POSTs to the generation routes go straight to their handler, the rest to Starlette."""
+
+    def __init__(self, app: Starlette, ctx: WorkerContext) -> None:
+        self.starlette = app
+        self._ctx = ctx
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = ENDPOINTS.get(scope["path"])
+            if endpoint is not None:
+                await serve_generation(self._ctx, endpoint, scope, receive, send)
+                return
+        await self.starlette(scope, receive, send)
+
+
+def create_app(engine: Engine) -> WorkerApp:
     """The worker app serving ``engine`` (tokenizing with ``engine.bundle``)."""
 
     @asynccontextmanager
@@ -49,8 +73,9 @@ def create_app(engine: Engine) -> Starlette:
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},  # type: ignore[dict-item]
     )
-    app.state.worker = new_context(engine)
-    return app
+    ctx = new_context(engine)
+    app.state.worker = ctx
+    return WorkerApp(app, ctx)
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:

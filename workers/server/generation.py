@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 from dataclasses import dataclass
+from typing import Final
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -52,19 +53,42 @@ def new_context(engine: Engine) -> WorkerContext:
     return WorkerContext(engine, engine.bundle, itertools.count(), os.urandom(4).hex() + "-")
 
 
+ENDPOINTS: Final = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}
+
+
 async def chat_completions(request: Request) -> Response:
-    return await _generate(request, Endpoint.CHAT)
+    return prepare(request.app.state.worker, Endpoint.CHAT, await request.body())
 
 
 async def completions(request: Request) -> Response:
-    return await _generate(request, Endpoint.COMPLETIONS)
+    return prepare(request.app.state.worker, Endpoint.COMPLETIONS, await request.body())
 
 
-async def _generate(request: Request, endpoint: Endpoint) -> Response:
-    ctx: WorkerContext = request.app.state.worker
+async def serve_generation(
+    ctx: WorkerContext, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """The generation routes as plain ASGI (the hot path skips Starlette's routing and middleware)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    try:
+        response = prepare(ctx, endpoint, b"".join(chunks))
+    except Exception:  # a request boundary: answer, log, never crash the connection
+        logger.exception("unexpected error preparing a generation request")
+        response = from_engine_error(EngineError("unexpected")).response()
+    await response(scope, receive, send)
+
+
+def prepare(ctx: WorkerContext, endpoint: Endpoint, raw_body: bytes) -> Response:
+    """Validate, tokenize and submit a request; an error response or a ``GenerationResponse``."""
     engine = ctx.engine
     try:
-        parsed = parse_request(parse_body(await request.body()), endpoint, engine.model_id)
+        parsed = parse_request(parse_body(raw_body), endpoint, engine.model_id)
         try:
             token_ids = ctx.bundle.encode(parsed.prompt)
         except ValueError as exc:  # chat template errors and bad prompts are the client's

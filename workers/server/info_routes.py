@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import orjson
 from starlette.requests import Request
@@ -78,19 +78,23 @@ def _snapshot(engine: Engine) -> list[KVEvent]:
     return out
 
 
-async def _event_stream(subscription: EventSubscription, snapshot: list[KVEvent]) -> AsyncIterator[bytes]:
+async def _event_stream(
+    subscription: EventSubscription, snapshot: list[KVEvent]
+) -> AsyncGenerator[bytes, None]:
     try:
         for event in snapshot:
             yield b"data: " + encode_event(event) + b"\n\n"
         while True:
             try:
-                event = await asyncio.wait_for(anext(subscription), KEEPALIVE_S)
+                async with asyncio.timeout(KEEPALIVE_S):
+                    event = await anext(subscription)
             except TimeoutError:
                 yield b": keepalive\n\n"
                 continue
             except StopAsyncIteration:
                 return
-            yield b"data: " + encode_event(event) + b"\n\n"
+            batch = [event, *subscription.drain()]
+            yield b"".join(b"data: " + encode_event(e) + b"\n\n" for e in batch)
     finally:
         await subscription.aclose()
 

@@ -73,7 +73,8 @@ class SimEngine:
             worker_id=config.worker_id,
             clock=wall_clock,
         )
-        self._scheduler = SimScheduler(blocks, config.timing, WordBook(bundle.tokenizer.encode), config.model)
+        book = WordBook(bundle.tokenizer.encode, bundle.tokenizer.decode)
+        self._scheduler = SimScheduler(blocks, config.timing, book, config.model)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 

@@ -14,12 +14,15 @@ from one asyncio loop. The model, per step:
 
 from __future__ import annotations
 
+import array
 import heapq
 import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+
+import numpy as np
 
 from gateway.kvcontract.hashing import chain_hashes, root_hash
 from workers.engine.block_manager import BlockManager
@@ -148,9 +151,13 @@ class SimScheduler:
                 "max_tokens",
             )
         root = root_hash(request.model or self._model, request.extra_keys)
-        text = TextStream(self._book, request.prompt_token_ids, request.sampling.seed)
+        # One uint32 copy of the prompt serves both the hash chain and the output's key.
+        tokens = np.frombuffer(array.array("I", request.prompt_token_ids), dtype=np.uint32).astype(
+            "<u4", copy=False
+        )
+        text = TextStream(self._book, tokens.tobytes(), request.sampling.seed)
         seq = SimSequence(f"sim-{next(self._counter)}", request, root, text, deliver)
-        seq.hashes = chain_hashes(request.prompt_token_ids, root, self.blocks.block_size)
+        seq.hashes = chain_hashes(tokens, root, self.blocks.block_size)
         if self.blocks.blocks_for(n + seq.target) > self.blocks.num_total_blocks:
             raise ContextTooLongError(f"the request needs more KV than this worker holds ({total} tokens)")
         self._waiting.append(seq)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from policies import PolicyContext, Role, RouteRequest, build_policy
+from policies import Decision, PolicyContext, Role, RouteRequest, WorkerView, build_policy
 from tests.support.policy_fleets import worker
 
 BS = 16
 REQ = RouteRequest(model="m", num_prompt_tokens=64 * BS, block_hashes=tuple(range(64)))
 
 
-def _select(fleet: list, **params: object):
+def _select(fleet: list[WorkerView], **params: object) -> Decision:
     policy = build_policy({"type": "pd_disaggregation", "params": params}, PolicyContext(block_size=BS))
     return policy.select(REQ, fleet)
 
@@ -50,7 +50,7 @@ def _select(fleet: list, **params: object):
         "both_worker_prefills_itself_when_it_is_cheapest",
     ],
 )
-def test_pd_pools_and_decider(fleet: list, decode: str | None, prefill: str | None) -> None:
+def test_pd_pools_and_decider(fleet: list[WorkerView], decode: str | None, prefill: str | None) -> None:
     decision = _select(fleet)
     assert (decision.worker, decision.prefill_worker) == (decode, prefill)
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
-from policies import PolicyContext, RouteRequest, build_policy
+from policies import PolicyContext, RouteRequest, WorkerId, WorkerView, build_policy
 from policies.builtin.prefix_cache_aware import CacheCostParams, ttft_costs
 from tests.support.policy_fleets import worker
 
@@ -15,7 +16,7 @@ BLOCKS = 64  # a 1024-token prompt
 REQ = RouteRequest(model="m", num_prompt_tokens=BLOCKS * BS, block_hashes=tuple(range(BLOCKS)))
 
 
-def _pick(fleet: list, seed: int = 0, **params: object) -> str | None:
+def _pick(fleet: list[WorkerView], seed: int = 0, **params: object) -> str | None:
     spec = {"type": "prefix_cache_aware", "params": params}
     return build_policy(spec, PolicyContext(rng=random.Random(seed), block_size=BS)).select(REQ, fleet).worker
 
@@ -43,7 +44,7 @@ def _pick(fleet: list, seed: int = 0, **params: object) -> str | None:
         "longer_prefix_wins",
     ],
 )
-def test_cost_model_choices(fleet: list, expected: str) -> None:
+def test_cost_model_choices(fleet: list[WorkerView], expected: str) -> None:
     assert _pick(fleet) == expected
 
 
@@ -63,20 +64,22 @@ def test_costs_are_backlog_plus_uncached_plus_discounted_pulls() -> None:
     fleet = [worker("a", inflight_tokens=200, queue_depth=2, gpu_hit_blocks=16, tier_hit_blocks=32)]
     costs = ttft_costs(REQ, fleet, p, BS)
     backlog, gpu, tier = 200 + 2 * 100, 16 * BS, 32 * BS
-    assert costs["a"] == pytest.approx(backlog + (BLOCKS * BS - gpu - tier) + 0.25 * tier + 1.0)
+    assert costs[WorkerId("a")] == pytest.approx(backlog + (BLOCKS * BS - gpu - tier) + 0.25 * tier + 1.0)
 
 
 def test_hit_counts_beyond_the_prompt_are_capped() -> None:
     p = CacheCostParams()
     costs = ttft_costs(REQ, [worker("a", gpu_hit_blocks=999, tier_hit_blocks=999)], p, BS)
-    assert costs["a"] == pytest.approx(1.0)
+    assert costs[WorkerId("a")] == pytest.approx(1.0)
 
 
 def test_scores_put_the_chosen_worker_at_one() -> None:
     ctx = PolicyContext(block_size=BS)
-    decision = build_policy("prefix_cache_aware", ctx).select(REQ, [worker("a"), worker("b", gpu_hit_blocks=64)])
-    assert decision.scores["b"] == 1.0
-    assert 0.0 < decision.scores["a"] < 1.0
+    decision = build_policy("prefix_cache_aware", ctx).select(
+        REQ, [worker("a"), worker("b", gpu_hit_blocks=64)]
+    )
+    assert decision.scores[WorkerId("b")] == 1.0
+    assert 0.0 < decision.scores[WorkerId("a")] < 1.0
     assert "TTFT" in decision.reason
 
 
@@ -90,7 +93,7 @@ def test_ties_are_broken_by_the_seed_not_the_order() -> None:
     [{"tier_pull_cost": 2.0}, {"prefill_tokens_per_s": 0}, {"hotspot_margin": -1}, {"bogus": 1}],
     ids=["pull_cost_above_one", "zero_rate", "negative_margin", "unknown_key"],
 )
-def test_bad_params_stop_startup(params: dict) -> None:
+def test_bad_params_stop_startup(params: dict[str, Any]) -> None:
     from policies import PolicyConfigError
 
     with pytest.raises(PolicyConfigError):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
-from policies import PolicyContext, RouteRequest
+from policies import PolicyContext, RouteRequest, WorkerId, WorkerView
 from policies.builtin.session_affinity import SessionAffinity, SessionAffinityParams, rendezvous_weight
 from tests.support.policy_fleets import worker
 
@@ -27,7 +28,7 @@ def _req(sid: str | None) -> RouteRequest:
     return RouteRequest(model="m", session_id=sid)
 
 
-def _route(policy: SessionAffinity, sid: str | None, fleet: list) -> str | None:
+def _route(policy: SessionAffinity, sid: str | None, fleet: list[WorkerView]) -> str | None:
     decision = policy.select(_req(sid), fleet)
     policy.on_routed(_req(sid), decision)
     return decision.worker
@@ -49,8 +50,8 @@ def test_replicas_agree_without_shared_state() -> None:
 
 
 def test_rendezvous_weight_is_stable_across_processes() -> None:
-    assert rendezvous_weight("alice", "w1") == rendezvous_weight("alice", "w1")
-    assert rendezvous_weight("alice", "w1") != rendezvous_weight("alice", "w2")
+    assert rendezvous_weight("alice", WorkerId("w1")) == rendezvous_weight("alice", WorkerId("w1"))
+    assert rendezvous_weight("alice", WorkerId("w1")) != rendezvous_weight("alice", WorkerId("w2"))
 
 
 def test_table_keeps_sessions_when_a_worker_joins() -> None:
@@ -64,7 +65,7 @@ def test_table_keeps_sessions_when_a_worker_joins() -> None:
 @pytest.mark.parametrize(
     "change", [lambda w: None, lambda w: worker(w.id, healthy=False)], ids=["worker_gone", "worker_unhealthy"]
 )
-def test_falls_back_when_the_sessions_worker_is_unavailable(change) -> None:
+def test_falls_back_when_the_sessions_worker_is_unavailable(change: Any) -> None:
     policy = _policy(Clock())
     home = _route(policy, "alice", FLEET)
     changed = [x for x in (change(w) if w.id == home else w for w in FLEET) if x is not None]
@@ -99,5 +100,7 @@ def test_requests_without_session_go_to_the_least_loaded() -> None:
 def test_built_from_config_with_params() -> None:
     from policies import build_policy
 
-    policy = build_policy({"type": "session_affinity", "params": {"ttl_s": 5, "max_sessions": 3}}, PolicyContext())
+    policy = build_policy(
+        {"type": "session_affinity", "params": {"ttl_s": 5, "max_sessions": 3}}, PolicyContext()
+    )
     assert policy.select(_req("x"), FLEET).worker in {w.id for w in FLEET}

@@ -7,14 +7,14 @@ from collections import Counter
 
 import pytest
 
-from policies import Decision, PolicyContext, Role, RouteRequest, build_policy
+from policies import Decision, PolicyContext, Role, RouteRequest, WorkerId, WorkerView, build_policy
 from policies.builtin.round_robin import RoundRobin
 from tests.support.policy_fleets import worker
 
 REQ = RouteRequest(model="m", num_prompt_tokens=100)
 
 
-def _route(policy: RoundRobin, workers: list) -> str | None:
+def _route(policy: RoundRobin, workers: list[WorkerView]) -> str | None:
     decision = policy.select(REQ, workers)
     policy.on_routed(REQ, decision)
     return decision.worker
@@ -50,7 +50,7 @@ def test_round_robin_cursor_moves_only_when_routed() -> None:
     ids=["skips_unhealthy", "skips_prefill_only", "skips_decode_only"],
 )
 @pytest.mark.parametrize("name", ["round_robin", "random", "least_load", "power_of_two"])
-def test_simple_policies_only_use_healthy_both_workers(name: str, fleet: list) -> None:
+def test_simple_policies_only_use_healthy_both_workers(name: str, fleet: list[WorkerView]) -> None:
     policy = build_policy(name, PolicyContext(rng=random.Random(1)))
     assert {policy.select(REQ, fleet).worker for _ in range(20)} == {"b"}
 
@@ -67,22 +67,34 @@ def test_random_spreads_over_all_workers() -> None:
     ("fleet", "expected"),
     [
         ([worker("a", inflight_tokens=900), worker("b", inflight_tokens=100)], "b"),
-        ([worker("a", inflight_tokens=100, inflight_requests=1, queue_depth=0),
-          worker("b", inflight_tokens=100, inflight_requests=0, queue_depth=9)], "b"),
-        ([worker("a", inflight_tokens=100, inflight_requests=5),
-          worker("b", inflight_tokens=5000, inflight_requests=1)], "a"),
+        (
+            [
+                worker("a", inflight_tokens=100, inflight_requests=1, queue_depth=0),
+                worker("b", inflight_tokens=100, inflight_requests=0, queue_depth=9),
+            ],
+            "b",
+        ),
+        (
+            [
+                worker("a", inflight_tokens=100, inflight_requests=5),
+                worker("b", inflight_tokens=5000, inflight_requests=1),
+            ],
+            "a",
+        ),
     ],
     ids=["fewest_inflight_tokens", "then_fewest_requests", "tokens_outrank_requests"],
 )
-def test_least_load_prefers_least_loaded(fleet: list, expected: str) -> None:
+def test_least_load_prefers_least_loaded(fleet: list[WorkerView], expected: str) -> None:
     policy = build_policy("least_load", PolicyContext())
     assert policy.select(REQ, fleet).worker == expected
 
 
 def test_least_load_breaks_ties_with_seeded_draws() -> None:
     fleet = [worker(f"w{i}") for i in range(4)]
-    picks = [build_policy("least_load", PolicyContext(rng=random.Random(s))).select(REQ, fleet).worker
-             for s in range(40)]
+    picks = [
+        build_policy("least_load", PolicyContext(rng=random.Random(s))).select(REQ, fleet).worker
+        for s in range(40)
+    ]
     assert len(set(picks)) > 1
 
 
@@ -97,4 +109,4 @@ def test_power_of_two_never_picks_the_busiest_of_three() -> None:
     fleet = [worker("a", inflight_tokens=1), worker("b", inflight_tokens=2), worker("c", inflight_tokens=3)]
     picks = Counter(policy.select(REQ, fleet).worker for _ in range(300))
     assert "c" not in picks
-    assert picks["a"] > picks["b"]
+    assert picks[WorkerId("a")] > picks[WorkerId("b")]

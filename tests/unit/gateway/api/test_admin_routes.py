@@ -52,7 +52,7 @@ async def test_admin_lists_registers_and_drains_workers() -> None:
     async with running(a, b), serving(settings_for(a.url)) as base:
         async with httpx.AsyncClient() as client:
             listed = (await client.get(f"{base}/admin/workers")).json()["workers"]
-            added = await client.post(f"{base}/admin/workers", json={"url": b.url, "role": "decode", "id": "b"})
+            added = await client.post(f"{base}/admin/workers", json={"url": b.url, "role": "both", "id": "b"})
             duplicate = await client.post(f"{base}/admin/workers", json={"url": b.url, "id": "b"})
             bad_role = await client.post(f"{base}/admin/workers", json={"url": b.url, "role": "chef"})
             drained = await client.delete(f"{base}/admin/workers/127.0.0.1:{a.port}")
@@ -62,7 +62,7 @@ async def test_admin_lists_registers_and_drains_workers() -> None:
                     await asyncio.sleep(0.05)
             resp = await client.post(f"{base}/v1/chat/completions", json=CHAT)
     assert listed[0] | {"url": a.url, "healthy": True, "queue": 2, "cached_blocks": 7, "role": "both"} == listed[0]
-    assert added.status_code == 201 and added.json()["role"] == "decode" and added.json()["healthy"] is True
+    assert added.status_code == 201 and added.json()["role"] == "both" and added.json()["healthy"] is True
     assert duplicate.status_code == 409
     assert bad_role.status_code == 400
     assert drained.status_code == 202 and drained.json()["draining"] is True

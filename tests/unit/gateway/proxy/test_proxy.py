@@ -38,8 +38,8 @@ async def test_round_robin_spreads_over_workers() -> None:
 @pytest.mark.parametrize("mode", ["503", "hang"])
 async def test_failing_worker_is_retried_elsewhere(mode: str) -> None:
     bad, good = FakeWorker("bad", mode=mode), FakeWorker("good")
-    settings = settings_for(bad.url, good.url, timeouts=Timeouts(connect_s=1.0, ttfb_s=0.3, idle_s=0.5))
-    async with running(bad, good), serving(settings) as base:
+    fast = Timeouts(connect_s=1.0, ttfb_s=0.3, idle_s=0.5)
+    async with running(bad, good), serving(settings_for(bad.url, good.url, timeouts=fast)) as base:
         async with httpx.AsyncClient(timeout=10) as client:
             for _ in range(4):
                 resp = await client.post(f"{base}/v1/chat/completions", json=CHAT)

@@ -14,13 +14,13 @@ import sys
 
 os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
 
-import json  # noqa: E402
-import traceback  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+import json
+import traceback
+from collections.abc import Callable
 
-import torch  # noqa: E402
+import torch
 
-from tests.unit.workers.kernels.paged_cases import (  # noqa: E402
+from tests.unit.workers.kernels.paged_cases import (
     DECODE_CASES,
     PREFILL_CASES,
     STORE_CASES,
@@ -29,7 +29,7 @@ from tests.unit.workers.kernels.paged_cases import (  # noqa: E402
     store_cache_blocks,
     store_inputs,
 )
-from workers.kernels import reference  # noqa: E402
+from workers.kernels import reference
 
 
 def _decode_err(case: Case) -> float:
@@ -77,7 +77,7 @@ def main(kernel: str) -> int:
     for case in cases:
         try:
             results[case.id] = {"err": measure(case)}
-        except Exception:  # noqa: BLE001 - reported to the parent test, which fails on it
+        except Exception:  # reported to the parent test, which fails on it
             results[case.id] = {"error": traceback.format_exc(limit=4)}
     module = sys.modules[f"workers.kernels.{KERNEL_MODULES[kernel]}"]
     kernels = [obj for name, obj in vars(module).items() if name.endswith("_kernel")]

@@ -53,7 +53,9 @@ def prefill_report() -> dict[str, Any]:
     return _run_interpreted("prefill")
 
 
-PARAMS = [pytest.param(kernel, case, id=f"{kernel}-{case.id}") for kernel, grid in GRIDS.items() for case in grid]
+PARAMS = [
+    pytest.param(kernel, case, id=f"{kernel}-{case.id}") for kernel, grid in GRIDS.items() for case in grid
+]
 
 
 @pytest.mark.parametrize(("kernel", "case"), PARAMS)
@@ -71,5 +73,9 @@ def test_interpreter_mode_does_not_leak_into_this_process():
     pytest.importorskip("triton")
     from workers.kernels import decode_attention, prefill_attention, store_kv
 
-    for kernel in (decode_attention._decode_kernel, prefill_attention._prefill_kernel, store_kv._store_kv_kernel):
+    for kernel in (
+        decode_attention._decode_kernel,
+        prefill_attention._prefill_kernel,
+        store_kv._store_kv_kernel,
+    ):
         assert type(kernel).__name__ == "JITFunction"

@@ -19,6 +19,7 @@ from workers.sim.scheduler import SimScheduler, SimTiming
 from workers.sim.text import WordBook
 
 BS = 16
+_TOK = ByteTokenizer()
 
 
 def _sched(num_blocks: int = 64, events: list[KVEvent] | None = None, **timing: float) -> SimScheduler:
@@ -29,7 +30,7 @@ def _sched(num_blocks: int = 64, events: list[KVEvent] | None = None, **timing: 
         decode_tps=params["decode_tps"],
         max_running=int(params["max_running"]),
     )
-    return SimScheduler(blocks, t, WordBook(ByteTokenizer().encode), "m")
+    return SimScheduler(blocks, t, WordBook(_TOK.encode, _TOK.decode), "m")
 
 
 def _req(prompt: list[int], max_tokens: int = 4, **kw: object) -> GenerationRequest:

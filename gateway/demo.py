@@ -1,0 +1,135 @@
+"""``kvgate demo``: a gateway in front of two local sim workers on 127.0.0.1, with no flags and no network.
+
+The workers run as child processes in their own sessions and are stopped by PID when the demo exits
+(Ctrl-C). The gateway runs in this process with its defaults (``prefix_cache_aware``, tokenizer fetched
+from the workers). It prints a curl command and an ``openai`` snippet that work against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+
+from gateway.errors import ConfigError
+from gateway.server import serve
+from gateway.settings import Settings, parse_worker
+
+logger = logging.getLogger(__name__)
+
+_WORKER_START_S = 60.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=8000, help="gateway port (a free one if taken; default 8000)")
+    parser.add_argument("--policy", default=None, help="routing policy (default: the gateway's default)")
+    parser.add_argument("--log-level", default="warning", help="debug | info | warning | error")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_worker(port: int, log_dir: Path) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "gateway.cli", "worker", "--sim", "--host", "127.0.0.1", "--port", str(port),
+           "--log-level", "warning"]  # fmt: skip
+    with open(log_dir / f"worker-{port}.log", "wb") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_ready(procs: Sequence[subprocess.Popen[bytes]], urls: Sequence[str], log_dir: Path) -> str:
+    """Wait for every worker's /health; return the first model id they serve."""
+    deadline = time.monotonic() + _WORKER_START_S
+    pending = list(urls)
+    while pending and time.monotonic() < deadline:
+        for proc in procs:
+            if proc.poll() is not None:
+                raise ConfigError(f"a sim worker exited with status {proc.returncode}; see its log in {log_dir}")
+        try:
+            if httpx.get(f"{pending[0]}/health", timeout=1.0).status_code == 200:
+                pending.pop(0)
+                continue
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    if pending:
+        raise ConfigError(f"sim workers did not start within {_WORKER_START_S:g}s; see logs in {log_dir}")
+    models = httpx.get(f"{urls[0]}/v1/models", timeout=5.0).json()
+    return str(models["data"][0]["id"])
+
+
+def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def usage_text(base_url: str, model: str) -> str:
+    """The curl command and the openai snippet printed for the user."""
+    return f"""
+kvgate demo: gateway on {base_url} in front of two sim workers (Ctrl-C to stop)
+
+  curl -s {base_url}/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+
+  python - <<'PY'
+from openai import OpenAI
+client = OpenAI(base_url="{base_url}/v1", api_key="unused")
+reply = client.chat.completions.create(model="{model}", messages=[{{"role": "user", "content": "Hello!"}}])
+print(reply.choices[0].message.content, reply.usage)
+PY
+
+  workers: {base_url}/admin/workers   metrics: {base_url}/metrics
+"""
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    port = args.port if _port_free(args.port) else _free_port()
+    worker_ports = [_free_port(), _free_port()]
+    urls = [f"http://127.0.0.1:{p}" for p in worker_ports]
+    with tempfile.TemporaryDirectory(prefix="kvgate-demo-") as tmp:
+        log_dir = Path(tmp)
+        procs = [_start_worker(p, log_dir) for p in worker_ports]
+        try:
+            model = _wait_ready(procs, urls, log_dir)
+            settings = Settings(port=port, workers=tuple(parse_worker(u) for u in urls), log_level=args.log_level)
+            if args.policy:
+                settings = replace(settings, policy=args.policy)
+            sys.stdout.write(usage_text(f"http://127.0.0.1:{port}", model))
+            sys.stdout.flush()
+            started = serve(settings)
+        except ConfigError as exc:
+            sys.stderr.write(f"kvgate demo: {exc.message}\n")
+            return 2
+        finally:
+            _stop(procs)
+    return 0 if started else 1

@@ -1,0 +1,66 @@
+"""Redis-specific behaviour of the shared load board: replicas see each other, Redis down degrades."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gateway.state.protocols import WorkerLoad
+from gateway.state.redis import RedisLoadConfig, open_redis_state
+from tests.support.redis_server import new_redis_server
+
+pytestmark = pytest.mark.redis
+
+FAST = RedisLoadConfig(sync_interval_s=0.02, key_ttl_s=1.0)
+
+
+async def eventually(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not pred():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition not met")
+        await asyncio.sleep(0.01)
+
+
+async def test_replicas_see_each_others_inflight_work(redis_url: str):
+    async with open_redis_state(redis_url, config=FAST) as one, open_redis_state(redis_url, config=FAST) as two:
+        one.load.acquire("w1", 100)
+        two.load.acquire("w1", 20)
+        two.load.acquire("w2", 5)
+        await eventually(lambda: one.load.get("w1") == WorkerLoad(2, 120))
+        await eventually(lambda: two.load.get("w1") == WorkerLoad(2, 120))
+        assert one.load.snapshot()["w2"] == WorkerLoad(1, 5)
+        two.load.release("w1", 20)
+        await eventually(lambda: one.load.get("w1") == WorkerLoad(1, 100))
+
+
+async def test_a_closed_replica_no_longer_counts(redis_url: str):
+    async with open_redis_state(redis_url, config=FAST) as one:
+        async with open_redis_state(redis_url, config=FAST) as two:
+            two.load.acquire("w1", 10)
+            await eventually(lambda: one.load.get("w1") == WorkerLoad(1, 10))
+        await eventually(lambda: one.load.get("w1") == WorkerLoad(0, 0))
+
+
+async def test_redis_down_answers_local_figures_and_recovers(tmp_path: Path):
+    server = new_redis_server(tmp_path / "redis")
+    try:
+        async with (
+            open_redis_state(server.url, config=FAST) as one,
+            open_redis_state(server.url, config=FAST) as two,
+        ):
+            one.load.acquire("w1", 10)
+            two.load.acquire("w1", 1)
+            await eventually(lambda: one.load.get("w1") == WorkerLoad(2, 11))
+            await asyncio.to_thread(server.stop)
+            await eventually(lambda: one.load.degraded)
+            assert one.load.get("w1") == WorkerLoad(1, 10)
+            one.load.acquire("w1", 10)  # requests are still accounted while degraded
+            await asyncio.to_thread(server.start)
+            await eventually(lambda: not one.load.degraded and not two.load.degraded, timeout_s=20)
+            await eventually(lambda: two.load.get("w1") == WorkerLoad(3, 21))
+    finally:
+        await asyncio.to_thread(server.stop)

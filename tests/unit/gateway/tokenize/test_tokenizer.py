@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.tokenize.tokenizer import ByteTokenizer, HFTokenizer
+
+
+def test_byte_tokenizer_encodes_utf8_bytes_and_special_tokens() -> None:
+    tok = ByteTokenizer()
+    ids = tok.encode("<|im_start|>hé<|im_end|>")
+    assert ids == [257, ord("h"), 0xC3, 0xA9, 258]
+    assert tok.decode(ids) == "<|im_start|>hé<|im_end|>"
+    assert tok.decode(ids, skip_special_tokens=True) == "hé"
+
+
+def test_byte_tokenizer_vocabulary() -> None:
+    tok = ByteTokenizer()
+    assert tok.vocab_size == 259
+    assert tok.eos_token == "<|endoftext|>"
+    assert tok.eos_token_id == 256
+    assert tok.bos_token is None
+    assert tok.token_to_id("<|im_end|>") == 258
+    assert tok.token_to_id("a") == 97
+    assert tok.token_to_id("é") is None  # two bytes: not one token
+
+
+def test_byte_tokenizer_decodes_partial_utf8_as_replacement() -> None:
+    assert ByteTokenizer().decode([0xC3]) == "\ufffd"
+
+
+def test_byte_tokenizer_rejects_unknown_ids() -> None:
+    with pytest.raises(ValueError, match="outside"):
+        ByteTokenizer().decode([999])
+
+
+def test_byte_tokenizer_prefers_the_longest_special_token() -> None:
+    tok = ByteTokenizer(("<a>", "<a><b>"))
+    assert tok.encode("<a><b><a>") == [257, 256]
+
+
+def test_byte_tokenizer_batch_equals_single() -> None:
+    tok = ByteTokenizer()
+    texts = ["a", "", "<|endoftext|>x"]
+    assert tok.encode_batch(texts) == [tok.encode(t) for t in texts]
+
+
+def test_hf_tokenizer_round_trip(tiny_tokenizer_path: Path) -> None:
+    tok = HFTokenizer.from_file(tiny_tokenizer_path, eos_token="<|endoftext|>")
+    text = "The quick brown fox jumps over the lazy dog."
+    ids = tok.encode(text)
+    assert len(ids) < len(text)  # merges learned from the corpus apply
+    assert tok.decode(ids) == text
+    assert tok.encode_batch([text, "Hello"]) == [ids, tok.encode("Hello")]
+    assert tok.eos_token_id == tok.token_to_id("<|endoftext|>")
+    assert tok.vocab_size == tok.rust.get_vocab_size(with_added_tokens=True) > 259
+
+
+def test_hf_tokenizer_encodes_special_tokens_in_text_as_single_ids(tiny_tokenizer_path: Path) -> None:
+    tok = HFTokenizer.from_file(tiny_tokenizer_path)
+    start, end = tok.token_to_id("<|im_start|>"), tok.token_to_id("<|im_end|>")
+    ids = tok.encode("<|im_start|>Hello<|im_end|>")
+    assert ids[0] == start
+    assert ids[-1] == end
+    assert tok.decode(ids, skip_special_tokens=True) == "Hello"
+
+
+def test_hf_tokenizer_survives_json_round_trip(tiny_tokenizer_path: Path) -> None:
+    tok = HFTokenizer.from_file(tiny_tokenizer_path)
+    copy = HFTokenizer.from_str(tok.to_str())
+    text = "def add(a, b):\n    return a + b\n"
+    assert copy.encode(text) == tok.encode(text)
+    assert copy.token_to_id("missing-token") is None
