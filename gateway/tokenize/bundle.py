@@ -86,17 +86,27 @@ class TokenizerBundle:
         doc = orjson.loads(data) if isinstance(data, bytes | str) else data
         if not isinstance(doc, Mapping) or doc.get("format") != BUNDLE_FORMAT:
             raise ValueError(f"not a {BUNDLE_FORMAT} document")
-        kind = doc.get("kind")
-        tokenizer: Tokenizer
-        if kind == "hf":
-            tokenizer = HFTokenizer.from_str(
-                str(doc["tokenizer"]), bos_token=doc.get("bos_token"), eos_token=doc.get("eos_token")
-            )
-        elif kind == "bytes":
-            tokenizer = ByteTokenizer(tuple(doc.get("special_tokens") or ()))
-        else:
-            raise ValueError(f"unknown tokenizer kind {kind!r}")
-        return _assemble(str(doc.get("model") or ""), tokenizer, doc.get("chat_template"))
+        template = doc.get("chat_template")
+        if template is not None and not isinstance(template, str):
+            raise ValueError("'chat_template' must be a string")
+        return _assemble(str(doc.get("model") or ""), _tokenizer_from_doc(doc), template)
+
+
+def _tokenizer_from_doc(doc: Mapping[str, Any]) -> Tokenizer:
+    kind = doc.get("kind")
+    if kind == "bytes":
+        return ByteTokenizer(tuple(doc.get("special_tokens") or ()))
+    if kind != "hf":
+        raise ValueError(f"unknown tokenizer kind {kind!r}")
+    bos, eos = doc.get("bos_token"), doc.get("eos_token")
+    if not isinstance(doc.get("tokenizer"), str) or not all(
+        t is None or isinstance(t, str) for t in (bos, eos)
+    ):
+        raise ValueError("'tokenizer', 'bos_token' and 'eos_token' must be strings")
+    try:
+        return HFTokenizer.from_str(doc["tokenizer"], bos_token=bos, eos_token=eos)
+    except Exception as exc:  # the Rust library raises plain Exception on a bad tokenizer.json
+        raise ValueError(f"not a valid tokenizer.json: {exc}") from exc
 
 
 def _assemble(model: str, tokenizer: Tokenizer, template: str | None) -> TokenizerBundle:

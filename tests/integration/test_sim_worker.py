@@ -24,7 +24,17 @@ NUM_STREAMS = 1000
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = tmp_path_factory.mktemp("sim") / "worker.log"
-    args = ["--sim", "--port", str(port), "--decode-tps", "2000", "--prefill-tps", "1000000", "--max-running", "1024"]
+    args = [
+        "--sim",
+        "--port",
+        str(port),
+        "--decode-tps",
+        "2000",
+        "--prefill-tps",
+        "1e6",
+        "--max-running",
+        "1024",
+    ]
     proc = start_process(kvgate_cmd("worker", *args), log=log)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -137,6 +147,6 @@ async def test_a_thousand_concurrent_streams_complete(worker: str):
         results = await asyncio.wait_for(
             asyncio.gather(*(_one_stream(http, i) for i in range(NUM_STREAMS))), timeout=100
         )
+        load = (await http.get("/load")).json()
     assert results == [(8, True)] * NUM_STREAMS
-    load = httpx.get(f"{worker}/load").json()
     assert (load["running"], load["waiting"], load["kv_usage"]) == (0, 0, 0.0)

@@ -4,9 +4,9 @@ The engine keeps, per layer, ``k_cache`` and ``v_cache`` of shape ``[num_blocks,
 head_dim]``. A wire block holds every layer's K and V of one cache block, as one C-contiguous tensor of
 shape ``[num_layers, 2, block_size, num_kv_heads, head_dim]`` (axis 1: 0 = K, 1 = V) in the cache dtype.
 
-``dump`` gathers a batch of blocks on the device, copies them to the host in one transfer and packs each;
-``load`` unpacks and checks a batch, copies it to the device in one transfer and scatters it into the
-given cache slots. Checks raise ``WireError``: the caller treats the block and everything after it as a
+``dump`` gathers a batch of blocks into one device staging tensor, copies it to the host in one transfer
+and packs each block; ``load`` checks a batch, copies the payloads into one (pinned, on CUDA) host tensor,
+moves it to the device in one transfer and scatters it into the given cache slots. Checks raise ``WireError``: the caller treats the block and everything after it as a
 miss (recompute).
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from gateway.kvcontract.wire import BlockLayout, BlockMeta, header_bytes, pack_block, unpack_block
@@ -81,30 +82,33 @@ class BlockCodec:
             raise ValueError("block_ids and hashes must have the same length")
         if not block_ids:
             return []
-        ids = torch.as_tensor(block_ids, dtype=torch.long, device=caches[0][0].device)
-        # [L, 2, n, bs, h, d] -> [n, L, 2, bs, h, d]: one gather per layer, one device->host copy in all.
-        stacked = torch.stack(
-            [torch.stack((k.index_select(0, ids), v.index_select(0, ids))) for k, v in caches]
-        )
-        host = stacked.permute(2, 0, 1, 3, 4, 5).contiguous().cpu()
-        raw = host.view(torch.uint8).reshape(len(block_ids), -1).numpy()
+        device = caches[0][0].device
+        ids = torch.as_tensor(block_ids, dtype=torch.long, device=device)
+        g = self.geometry
+        # Gather into one [n, L, 2, bs, h, d] staging tensor on the device, then one device->host copy.
+        staging = torch.empty((len(block_ids), *self.layout.shape), dtype=g.dtype, device=device)
+        for layer, (k, v) in enumerate(caches):
+            staging[:, layer, 0] = k.index_select(0, ids)
+            staging[:, layer, 1] = v.index_select(0, ids)
+        raw = staging.cpu().view(torch.uint8).reshape(len(block_ids), -1).numpy()
         return [pack_block(BlockMeta.of(self.model, h, self.layout), raw[i]) for i, h in enumerate(hashes)]
 
-    def decode(self, values: Sequence[bytes], hashes: Sequence[int]) -> torch.Tensor:
-        """Check values and stack their payloads as a host tensor ``[n, L, 2, bs, h, d]``.
+    def decode(self, values: Sequence[bytes], hashes: Sequence[int], *, pin: bool = False) -> torch.Tensor:
+        """Check values and stack their payloads as a host tensor ``[n, L, 2, bs, h, d]`` (pinned if ``pin``).
 
         Raises:
             WireError: a value is damaged, foreign or of another layout.
         """
         if len(values) != len(hashes):
             raise ValueError("values and hashes must have the same length")
-        payloads = [
-            unpack_block(v, model=self.model, block_hash=h, layout=self.layout)[1]
-            for v, h in zip(values, hashes, strict=True)
-        ]
-        buf = bytearray(b"".join(payloads))
-        flat = torch.frombuffer(buf, dtype=torch.uint8) if buf else torch.empty(0, dtype=torch.uint8)
-        return flat.view(self.geometry.dtype).reshape(len(values), *self.layout.shape)
+        size = self.layout.payload_bytes
+        host = torch.empty((len(values), size), dtype=torch.uint8, pin_memory=pin)
+        rows = host.numpy()
+        for i, (v, h) in enumerate(zip(values, hashes, strict=True)):
+            rows[i] = np.frombuffer(
+                unpack_block(v, model=self.model, block_hash=h, layout=self.layout)[1], np.uint8
+            )
+        return host.view(self.geometry.dtype).reshape(len(values), *self.layout.shape)
 
     def load(
         self, caches: KVCaches, values: Sequence[bytes], hashes: Sequence[int], block_ids: Sequence[int]
@@ -122,8 +126,8 @@ class BlockCodec:
             return
         if len(caches) != self.geometry.num_layers:
             raise ValueError(f"cache has {len(caches)} layers, the codec {self.geometry.num_layers}")
-        blocks = self.decode(values, hashes)
         device = caches[0][0].device
+        blocks = self.decode(values, hashes, pin=device.type == "cuda")
         on_device = blocks.to(device, non_blocking=True)
         ids = torch.as_tensor(block_ids, dtype=torch.long, device=device)
         for layer, (k, v) in enumerate(caches):

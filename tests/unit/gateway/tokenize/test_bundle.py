@@ -86,8 +86,26 @@ def test_token_prompts_are_used_as_is(tiny: TokenizerBundle) -> None:
 
 @pytest.mark.parametrize(
     "doc",
-    [b"{}", b'{"format": "kvgate-tokenizer/1", "kind": "sentencepiece"}', b"[1]"],
-    ids=["no-format", "bad-kind", "not-object"],
+    [
+        b"{}",
+        b'{"format": "kvgate-tokenizer/1", "kind": "sentencepiece"}',
+        b"[1]",
+        b"{not json",
+        b'{"format": "kvgate-tokenizer/1", "kind": "hf"}',
+        b'{"format": "kvgate-tokenizer/1", "kind": "hf", "tokenizer": "{}"}',
+        b'{"format": "kvgate-tokenizer/1", "kind": "bytes", "chat_template": 3}',
+        b'{"format": "kvgate-tokenizer/1", "kind": "bytes", "special_tokens": []}',
+    ],
+    ids=[
+        "no-format",
+        "bad-kind",
+        "not-object",
+        "not-json",
+        "no-tokenizer",
+        "bad-tokenizer",
+        "template",
+        "no-eos",
+    ],
 )
 def test_from_json_rejects_bad_documents(doc: bytes) -> None:
     with pytest.raises(ValueError):
