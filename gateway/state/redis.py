@@ -99,11 +99,15 @@ class RedisLoadBoard:
         """Push and pull forever (cancel to stop); Redis errors degrade, never raise."""
         from redis.exceptions import RedisError
 
+        task = asyncio.current_task()
         while True:
             try:
                 await self.sync_once()
             except (RedisError, OSError) as exc:
                 self._mark_down(exc)
+            # redis-py can swallow a CancelledError raised mid-command; honour the pending cancel anyway.
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
             await asyncio.sleep(self.config.sync_interval_s)
 
     async def sync_once(self) -> None:

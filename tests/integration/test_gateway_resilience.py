@@ -81,7 +81,8 @@ def test_client_disconnect_cancels_the_worker_request(fleet: Fleet) -> None:
     with httpx.Client(timeout=30) as client:
         with client.stream("POST", f"{fleet.gateway}/v1/chat/completions", json=body) as resp:
             worker = resp.headers["x-kvgate-worker"]
-            next(resp.iter_bytes())
+            print("FIRST", next(resp.iter_bytes())[:200], client.get(f"{fleet.gateway}/admin/workers").text)
+            print("LOAD", httpx.get(f"http://{worker}/load").text)
             wait_until(lambda: httpx.get(f"http://{worker}/load").json()["running"] == 1, timeout_s=10)
         wait_until(lambda: httpx.get(f"http://{worker}/load").json()["running"] == 0, timeout_s=10)
         inflight = {w["id"]: w["inflight"] for w in client.get(f"{fleet.gateway}/admin/workers").json()["workers"]}

@@ -6,8 +6,8 @@ shape ``[num_layers, 2, block_size, num_kv_heads, head_dim]`` (axis 1: 0 = K, 1 
 
 ``dump`` gathers a batch of blocks into one device staging tensor, copies it to the host in one transfer
 and packs each block; ``load`` checks a batch, copies the payloads into one (pinned, on CUDA) host tensor,
-moves it to the device in one transfer and scatters it into the given cache slots. Checks raise ``WireError``: the caller treats the block and everything after it as a
-miss (recompute).
+moves it to the device in one transfer and scatters it into the given cache slots. Checks raise
+``WireError``: the caller treats the block and everything after it as a miss (recompute).
 """
 
 from __future__ import annotations

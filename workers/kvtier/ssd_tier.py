@@ -69,6 +69,8 @@ class SsdTierConfig:
     def validate(self) -> None:
         if self.capacity_bytes <= 0 or self.io_threads <= 0:
             raise ValueError("capacity_bytes and io_threads must be positive")
+        if model_dir(self.root, self.model).parent != self.root or self.model in ("", ".", ".."):
+            raise ValueError(f"model id {self.model!r} cannot name a directory under {self.root}")
 
 
 def model_dir(root: Path, model: str) -> Path:

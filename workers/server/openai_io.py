@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from gateway.kvcontract.extra_keys import extra_keys
 from gateway.tokenize.analyzer import Endpoint
 from gateway.tokenize.request_prompt import Prompt, parse_prompt
 from workers.engine_api import GenerationChunk, SamplingParams
@@ -102,7 +103,7 @@ def parse_request(body: Mapping[str, Any], endpoint: Endpoint, served_model: str
         raise bad_request("'cache_salt' must be a string", "cache_salt")
     return ParsedRequest(
         endpoint, parsed_prompt, model, _bool(body, "stream", False), _bool(options, "include_usage", False),
-        max_tokens, (salt,) if salt else (), body,
+        max_tokens, extra_keys(cache_salt=salt), body,
     )  # fmt: skip
 
 

@@ -21,11 +21,20 @@ from tests.unit.workers.engine.tiny_engine import (
 )
 from workers.engine.config import ModelConfigError
 from workers.engine.gguf_loader import unpermute_rotary
+from workers.engine.kv_cache import PagedKVCache
 from workers.engine.llama import LlamaForCausalLM
 from workers.engine.loader import ModelSource, load_model, smollm2_gguf_path
+from workers.engine.model_runner import ModelRunner
+from workers.engine.scheduler import ScheduledSeq
+from workers.engine.sequence import Sequence
+from workers.engine_api import SamplingParams
 from workers.kernels.dispatch import reference_kernels
 
-QUESTION = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+QUESTION = (
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+)  # 37 tokens: two full blocks of 16
+NEW_TOKENS = 4
 
 
 def _llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -63,16 +72,27 @@ def test_smollm2_config_comes_from_the_gguf(smollm2) -> None:
 def test_smollm2_greedy_tokens_and_logits_match_transformers(smollm2) -> None:
     model, hf, bundle = smollm2
     prompt = bundle.tokenizer.encode(QUESTION)
-    expected = hf_greedy(hf, prompt, 8)
+    expected = hf_greedy(hf, prompt, NEW_TOKENS)
     core = build_core(model, num_blocks=16, block_size=16, decoder=bundle.tokenizer)
-    # Two sequences batched, the second with a prefix-cache hit on the first's blocks.
-    core.submit(greedy_request("a", prompt, 8))
+    core.submit(greedy_request("a", prompt, NEW_TOKENS))
     first = run_to_completion(core)["a"]
-    core.submit(greedy_request("b", prompt, 8))
-    core.submit(greedy_request("c", prompt[:20], 8))
+    # Then two sequences batched: a prefix-cache hit on the first's blocks, and a shorter prompt.
+    core.submit(greedy_request("b", prompt, NEW_TOKENS))
+    core.submit(greedy_request("c", prompt[:-6], NEW_TOKENS))
     rest = run_to_completion(core)
     assert tokens_of(first) == expected
-    assert tokens_of(rest["b"]) == expected
-    assert rest["b"][-1].num_cached_tokens == 16
-    assert tokens_of(rest["c"]) == hf_greedy(hf, prompt[:20], 8)
     assert "Paris" in "".join(c.text for c in first)
+    assert tokens_of(rest["b"]) == expected
+    assert rest["b"][-1].num_cached_tokens == 32
+    assert tokens_of(rest["c"]) == hf_greedy(hf, prompt[:-6], NEW_TOKENS)
+
+
+def test_smollm2_prompt_logits_match_transformers(smollm2) -> None:
+    model, hf, bundle = smollm2
+    prompt = bundle.tokenizer.encode(QUESTION)
+    seq = Sequence("a", list(prompt), len(prompt), SamplingParams(), root=0, block_size=16)
+    kv = PagedKVCache.allocate(model.config, num_blocks=4, block_size=16, device=CPU, dtype=torch.float32)
+    logits = ModelRunner(model, kv, CPU).run([ScheduledSeq(seq, len(prompt))], [[3, 1, 2]])[0]
+    with torch.inference_mode():
+        expected = hf(torch.tensor([prompt])).logits[0, -1]
+    torch.testing.assert_close(logits, expected, atol=2e-3, rtol=1e-4)

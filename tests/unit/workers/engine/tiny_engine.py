@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM as HFLlama
+from transformers.initialization import no_init_weights
 
 from gateway.tokenize.tokenizer import ByteTokenizer
 from workers.engine.block_manager import BlockManager
@@ -45,7 +46,8 @@ def hf_reference(model: LlamaForCausalLM) -> HFLlama:
         tie_word_embeddings=c.tie_word_embeddings,
         attn_implementation="eager",
     )
-    hf = HFLlama(hf_config).eval()
+    with no_init_weights():  # the weights are overwritten below; skip the random init
+        hf = HFLlama(hf_config).eval()
     missing, unexpected = hf.load_state_dict(model.state_dict(), strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     return hf

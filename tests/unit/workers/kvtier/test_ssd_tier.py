@@ -6,6 +6,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from gateway.kvcontract.events import EventType, KVEvent, Tier
 from gateway.kvcontract.wire import BlockLayout, BlockMeta, pack_block
 from workers.kvtier.events import TierEvents
@@ -105,3 +107,9 @@ async def test_damaged_file_is_deleted(tmp_path: Path) -> None:
     assert not path.exists()
     assert tier.used_bytes == 0
     await tier.aclose()
+
+
+@pytest.mark.parametrize("model", ["", ".", ".."])
+def test_model_ids_that_escape_the_directory_are_rejected(tmp_path: Path, model: str) -> None:
+    with pytest.raises(ValueError, match="cannot name a directory"):
+        SsdTier(SsdTierConfig(tmp_path, model, capacity_bytes=1))
