@@ -124,13 +124,16 @@ async def run_all(redis_url: str, ssd_dir: Path, args: argparse.Namespace) -> li
         cells += await bench_tier("ssd", ssd, dtype, args.batch, args.budget_s)
         await ssd.aclose()
         if args.codec:
-            cells += bench_codec(dtype, max(args.batch), args.budget_s)
+            cells += bench_codec(dtype, max(args.batch), args.budget_s, args.torch_threads)
     return cells
 
 
-def bench_codec(dtype: str, batch: int, budget_s: float) -> list[Cell]:
+def bench_codec(dtype: str, batch: int, budget_s: float, threads: int | None) -> list[Cell]:
     """Host-side cost of ``BlockCodec.dump``/``load`` (CPU tensors): the rest of a pull besides the read."""
     import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
 
     from workers.kvtier.codec import BlockCodec, KVGeometry
 
@@ -177,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=1.0, help="timed seconds per cell")
     parser.add_argument("--io-threads", type=int, default=8)
     parser.add_argument("--codec", action="store_true", help="also time codec dump/load (imports torch)")
+    parser.add_argument("--torch-threads", type=int, default=None, help="torch intra-op threads for --codec")
     args = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:
         url = args.redis_url or stack.enter_context(own_redis())

@@ -93,7 +93,7 @@ def chain_hashes(
         raise ValueError("block_size must be positive")
     if start > 0 and parent is None:
         raise ValueError("parent is required when start > 0")
-    buf = memoryview(as_token_array(tokens)).cast("B")
+    buf = as_token_array(tokens).data.cast("B")
     n_full = len(buf) // (block_size * _TOKEN_BYTES)
     step = block_size * _TOKEN_BYTES
     seed = root if start == 0 else parent

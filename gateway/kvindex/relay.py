@@ -177,5 +177,6 @@ class RedisBackplane:
             except _REDIS_DOWN as exc:
                 self.mark_down(exc)
                 await local_events(events)
+            raise_if_cancelling()
 
         return on_snapshot, on_events

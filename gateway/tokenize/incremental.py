@@ -76,6 +76,7 @@ class IncrementalEncoder:
             *cached,
             *chain_hashes(ids, root, self._block_size, start=start, parent=cached[-1] if start else None),
         ]
+        head.flags.writeable = False  # shared by later requests through the cache (and maybe returned as ids)
         self._cache.store(keys[-1], CachedPrefix(head, tuple(hashes[: len(head) // self._block_size])))
         return ids, hashes
 

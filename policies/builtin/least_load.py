@@ -37,8 +37,12 @@ def load_key(w: WorkerView) -> tuple[int, int, int]:
 
 def least_loaded(pool: Sequence[WorkerView], rng: random.Random) -> WorkerView:
     """The least loaded of a non-empty ``pool``; a seeded draw among equals."""
-    best = min(load_key(w) for w in pool)
-    return choose_tied(rng, [w for w in pool if load_key(w) == best])
+    fewest = min(w.inflight_tokens for w in pool)
+    tied = [w for w in pool if w.inflight_tokens == fewest]  # cheap first pass; tuples only for ties
+    if len(tied) > 1:
+        best = min(load_key(w) for w in tied)
+        tied = [w for w in tied if load_key(w) == best]
+    return choose_tied(rng, tied)
 
 
 def load_scores(pool: Sequence[WorkerView]) -> dict[WorkerId, float]:

@@ -74,18 +74,24 @@ def ttft_costs(
     """Estimated time to first token per worker of a non-empty ``pool``, in prefill tokens."""
     prompt = max(req.num_prompt_tokens, len(req.block_hashes) * block_size)
     qtok = p.queued_request_tokens
-    backlogs = [max(w.inflight_tokens, 0) + max(w.queue_depth, 0) * qtok for w in pool]
+    backlogs = [w.inflight_tokens + w.queue_depth * qtok for w in pool]
     mean = sum(backlogs) / len(backlogs)
     hot_line = max(mean * (1.0 + p.hotspot_margin), mean + p.hotspot_min_tokens)
     pull = p.tier_pull_cost
     costs: dict[WorkerId, float] = {}
     for w, backlog in zip(pool, backlogs, strict=True):
+        rest = prompt - w.gpu_hit_blocks * block_size  # prompt tokens not in the worker's cache
+        cost: float
         if backlog > hot_line:
-            costs[w.id] = backlog + prompt + 1.0
-            continue
-        gpu = min(w.gpu_hit_blocks * block_size, prompt)
-        tier = min(w.tier_hit_blocks * block_size, prompt - gpu)
-        costs[w.id] = backlog + (prompt - gpu - tier) + pull * tier + 1.0
+            cost = backlog + prompt
+        elif rest <= 0:
+            cost = backlog
+        else:
+            tier = w.tier_hit_blocks * block_size
+            if tier > rest:
+                tier = rest
+            cost = backlog + rest - tier + pull * tier
+        costs[w.id] = cost + 1.0
     return costs
 
 

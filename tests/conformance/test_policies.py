@@ -36,7 +36,7 @@ from policies import (
     WorkerView,
     make_registry,
 )
-from tests.support.policy_fleets import EXAMPLE_ENTRY_POINT, EXAMPLE_PLUGIN_DIR, random_fleet, random_request
+from tests.unit.policies.fleets import EXAMPLE_ENTRY_POINT, EXAMPLE_PLUGIN_DIR, random_fleet, random_request
 
 ROUNDS = 60
 

@@ -132,7 +132,9 @@ async def test_two_replicas_share_one_relay_per_worker(worker: FakeKVWorker, cli
 async def test_redis_down_degrades_then_recovers_by_itself(worker: FakeKVWorker, client, tmp_path: Path):
     server = new_redis_server(tmp_path / "redis")
     try:
-        async with open_kv_service(state_url=server.url, block_size=16, client=client, config=FAST) as service:
+        async with open_kv_service(
+            state_url=server.url, block_size=16, client=client, config=FAST
+        ) as service:
             service.add_worker("reg-a", worker.url)
             await eventually(lambda: worker.num_subscribers == 1)
             worker.emit([stored("self-a", [1])])

@@ -150,3 +150,16 @@ async def test_a_thousand_concurrent_streams_complete(worker: str):
         load = (await http.get("/load")).json()
     assert results == [(8, True)] * NUM_STREAMS
     assert (load["running"], load["waiting"], load["kv_usage"]) == (0, 0, 0.0)
+
+
+def test_client_disconnect_aborts_the_sequence(worker: str):
+    body = {"prompt": "a long story", "max_tokens": 30000, "ignore_eos": True, "stream": True}
+    with httpx.Client(base_url=worker, timeout=10) as http:
+        with http.stream("POST", "/v1/completions", json=body) as resp:
+            first = next(resp.iter_lines())
+            assert first.startswith("data: "), first
+            load = http.get("/load").json()
+            assert load["running"] >= 1, (load, first)
+        # Leaving the block closed the connection mid-stream: the worker must drop the sequence.
+        wait_until(lambda: http.get("/load").json()["running"] == 0, timeout_s=10)
+        assert http.get("/load").json()["kv_usage"] == 0.0

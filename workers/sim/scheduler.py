@@ -247,43 +247,39 @@ class SimScheduler:
 
     def _emit(self, seq: SimSequence, count: int) -> None:
         """Generate up to ``count`` tokens and deliver them as one chunk."""
-        blocks, seq_id = self.blocks, seq.seq_id
-        ids: list[int] = []
-        text_parts: list[str] = []
-        finish: FinishReason | None = None
-        for _ in range(min(count, seq.target - seq.num_output)):
-            token, text = seq.text.next_token()
-            seq.tokens.append(token)
-            seq.num_output += 1
-            ids.append(token)
-            text_parts.append(text)
-            before = len(blocks.block_table(seq_id))
-            blocks.append_slots(seq_id, len(seq.tokens))
-            grown = len(blocks.block_table(seq_id)) - before
-            seq.reserved -= grown
-            self._reserved -= grown
-            if (len(seq.tokens) - 1) % blocks.block_size == 0:
-                # The newest token's KV is computed on the next step; everything before it is.
-                blocks.commit(seq_id, seq.tokens[:-1])
-        if seq.num_output >= seq.target:
-            finish = seq.target_reason
-        delta, stopped = self._apply_stops(seq, "".join(text_parts), final=finish is not None)
+        ids, text = self._next_tokens(seq, min(count, seq.target - seq.num_output))
+        finish = seq.target_reason if seq.num_output >= seq.target else None
+        delta, stopped = self._apply_stops(seq, text, final=finish is not None)
         if stopped:
             finish = FinishReason.STOP
+        prompt_len = len(seq.request.prompt_token_ids)
         seq.deliver(
-            GenerationChunk(
-                tuple(ids),
-                delta,
-                finish,
-                len(seq.request.prompt_token_ids),
-                seq.num_cached_tokens,
-                seq.num_output,
-            )
+            GenerationChunk(tuple(ids), delta, finish, prompt_len, seq.num_cached_tokens, seq.num_output)
         )
         if finish is not None:
             self._release(seq)
             seq.phase = _Phase.DONE
             del self._live[seq.seq_id]
+
+    def _next_tokens(self, seq: SimSequence, count: int) -> tuple[list[int], str]:
+        """Append ``count`` output tokens, growing (from the reservation) and committing KV blocks."""
+        blocks, seq_id, block_size = self.blocks, seq.seq_id, self.blocks.block_size
+        ids: list[int] = []
+        texts: list[str] = []
+        for _ in range(count):
+            token, text = seq.text.next_token()
+            seq.tokens.append(token)
+            ids.append(token)
+            texts.append(text)
+            if (len(seq.tokens) - 1) % block_size == 0:  # the new token opens a block
+                if not blocks.append_slots(seq_id, len(seq.tokens)):
+                    raise AssertionError("a reserved block was missing: reservation accounting is broken")
+                seq.reserved -= 1
+                self._reserved -= 1
+                # The newest token's KV is computed on the next step; the full block before it is done.
+                blocks.commit(seq_id, seq.tokens[:-1])
+        seq.num_output += count
+        return ids, "".join(texts)
 
     @staticmethod
     def _apply_stops(seq: SimSequence, new_text: str, *, final: bool) -> tuple[str, bool]:

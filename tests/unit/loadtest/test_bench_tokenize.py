@@ -9,7 +9,7 @@ from loadtest.bench_tokenize import conversation, find_gguf, main
 
 def test_conversation_shape() -> None:
     messages = conversation(random.Random(0), turns=3, words=10)
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in messages] == ["system", *["user", "assistant"] * 3]
 
 
 def test_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:

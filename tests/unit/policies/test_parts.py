@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from policies import Kind, PluginSpec, PolicyContext, Role, RouteRequest, WorkerView, make_registry
-from tests.support.policy_fleets import worker
+from tests.unit.policies.fleets import worker
 
 REQ = RouteRequest(model="m", num_prompt_tokens=160, block_hashes=tuple(range(10)))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policies import Decision, PolicyContext, Role, RouteRequest, WorkerView, build_policy
-from tests.support.policy_fleets import worker
+from tests.unit.policies.fleets import worker
 
 BS = 16
 REQ = RouteRequest(model="m", num_prompt_tokens=64 * BS, block_hashes=tuple(range(64)))

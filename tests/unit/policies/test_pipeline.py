@@ -18,7 +18,7 @@ from policies import (
     build_policy,
 )
 from policies.builtin.pickers import MaxScoreParams, MaxScorePicker
-from tests.support.policy_fleets import worker
+from tests.unit.policies.fleets import worker
 
 REQ = RouteRequest(model="m", num_prompt_tokens=160, block_hashes=tuple(range(10)))
 

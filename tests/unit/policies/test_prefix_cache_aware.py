@@ -9,7 +9,7 @@ import pytest
 
 from policies import PolicyContext, RouteRequest, WorkerId, WorkerView, build_policy
 from policies.builtin.prefix_cache_aware import CacheCostParams, ttft_costs
-from tests.support.policy_fleets import worker
+from tests.unit.policies.fleets import worker
 
 BS = 16
 BLOCKS = 64  # a 1024-token prompt

@@ -18,7 +18,7 @@ from policies import (
     make_registry,
     parse_policy_spec,
 )
-from tests.support.policy_fleets import EXAMPLE_ENTRY_POINT, EXAMPLE_PLUGIN_DIR
+from tests.unit.policies.fleets import EXAMPLE_ENTRY_POINT, EXAMPLE_PLUGIN_DIR
 
 CTX = PolicyContext()
 
@@ -153,7 +153,7 @@ def example_plugin_importable():
 
 @pytest.mark.usefixtures("example_plugin_importable")
 def test_third_party_plugin_builds_and_validates_params() -> None:
-    from tests.support.policy_fleets import worker
+    from tests.unit.policies.fleets import worker
 
     registry = make_registry([EXAMPLE_ENTRY_POINT])
     policy = build_policy({"type": "lowest_id", "params": {"skip_prefix": "a"}}, CTX, registry)

@@ -9,7 +9,7 @@ import pytest
 
 from policies import PolicyContext, RouteRequest, WorkerId, WorkerView
 from policies.builtin.session_affinity import SessionAffinity, SessionAffinityParams, rendezvous_weight
-from tests.support.policy_fleets import worker
+from tests.unit.policies.fleets import worker
 
 
 class Clock:

@@ -9,7 +9,7 @@ import pytest
 
 from policies import Decision, PolicyContext, Role, RouteRequest, WorkerId, WorkerView, build_policy
 from policies.builtin.round_robin import RoundRobin
-from tests.support.policy_fleets import worker
+from tests.unit.policies.fleets import worker
 
 REQ = RouteRequest(model="m", num_prompt_tokens=100)
 

@@ -26,7 +26,10 @@ async def eventually(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 
 async def test_replicas_see_each_others_inflight_work(redis_url: str):
-    async with open_redis_state(redis_url, config=FAST) as one, open_redis_state(redis_url, config=FAST) as two:
+    async with (
+        open_redis_state(redis_url, config=FAST) as one,
+        open_redis_state(redis_url, config=FAST) as two,
+    ):
         one.load.acquire("w1", 100)
         two.load.acquire("w1", 20)
         two.load.acquire("w2", 5)

@@ -96,7 +96,7 @@ async def test_auto_gives_up_after_the_wait(caplog: pytest.LogCaptureFixture) ->
         slept.append(seconds)
 
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=b'{"format": "something else"}')
+        raise httpx.ConnectError("refused", request=request)
 
     async with _client(httpx.MockTransport(handler)) as client:
         analyzer = await build_analyzer(
@@ -105,6 +105,27 @@ async def test_auto_gives_up_after_the_wait(caplog: pytest.LogCaptureFixture) ->
     assert analyzer is None
     assert sum(slept) == pytest.approx(2.0)
     assert "no worker of ['http://w'] served a tokenizer" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "response",
+    [httpx.Response(404), httpx.Response(200, content=b'{"format": "something else"}')],
+    ids=["not-served", "malformed"],
+)
+async def test_auto_stops_at_once_when_every_worker_answered_without_a_tokenizer(
+    response: httpx.Response,
+) -> None:
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    async with _client(httpx.MockTransport(lambda request: response)) as client:
+        analyzer = await build_analyzer(
+            "auto", block_size=16, worker_urls=["http://w"], client=client, sleep=sleep
+        )
+    assert analyzer is None
+    assert slept == []
 
 
 async def test_auto_without_workers_returns_none() -> None:

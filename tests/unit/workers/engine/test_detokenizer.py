@@ -40,7 +40,7 @@ def test_multibyte_characters_are_emitted_whole() -> None:
     ids=["cut-at-stop", "earliest-of-two", "absent", "partial-at-end-is-flushed"],
 )
 def test_stop_strings_are_trimmed(text: str, stop: tuple[str, ...], expected: str) -> None:
-    deltas, out, stopped = _stream(text, stop)
+    _, out, stopped = _stream(text, stop)
     assert out == expected
     assert stopped == (expected != text)
 

@@ -43,7 +43,7 @@ async def _collect(engine: TorchEngine, request: GenerationRequest) -> list[Gene
 
 async def _until(pred, timeout_s: float = 20.0) -> None:
     async with asyncio.timeout(timeout_s):
-        while not pred():
+        while not pred():  # noqa: ASYNC110 - engine state has no event to wait on; polled with a deadline
             await asyncio.sleep(0.01)
 
 
@@ -59,7 +59,7 @@ async def test_concurrent_requests_stream_to_completion(engine: TorchEngine) -> 
 
 async def test_a_shared_prefix_is_reported_as_cached(engine: TorchEngine) -> None:
     first = await _collect(engine, _req("a"))
-    second = await _collect(engine, _req("b", PROMPT[:35] + (1, 2, 3)))
+    second = await _collect(engine, _req("b", (*PROMPT[:35], 1, 2, 3)))
     assert first[-1].num_cached_tokens == 0
     assert second[-1].num_cached_tokens == 32
 

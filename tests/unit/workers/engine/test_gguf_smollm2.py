@@ -61,6 +61,7 @@ def smollm2() -> tuple[LlamaForCausalLM, HFLlama, TokenizerBundle]:
     return model, hf_reference(model), load_gguf_bundle(path)
 
 
+@pytest.mark.slow
 def test_smollm2_config_comes_from_the_gguf(smollm2) -> None:
     config = smollm2[0].config
     assert (config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads) == (30, 576, 9, 3)
@@ -69,6 +70,7 @@ def test_smollm2_config_comes_from_the_gguf(smollm2) -> None:
     assert config.eos_token_ids == (2,)
 
 
+@pytest.mark.slow
 def test_smollm2_greedy_tokens_and_logits_match_transformers(smollm2) -> None:
     model, hf, bundle = smollm2
     prompt = bundle.tokenizer.encode(QUESTION)
@@ -81,12 +83,13 @@ def test_smollm2_greedy_tokens_and_logits_match_transformers(smollm2) -> None:
     core.submit(greedy_request("c", prompt[:-6], NEW_TOKENS))
     rest = run_to_completion(core)
     assert tokens_of(first) == expected
-    assert "Paris" in "".join(c.text for c in first)
+    assert "".join(c.text for c in first) == bundle.tokenizer.decode(expected)
     assert tokens_of(rest["b"]) == expected
     assert rest["b"][-1].num_cached_tokens == 32
     assert tokens_of(rest["c"]) == hf_greedy(hf, prompt[:-6], NEW_TOKENS)
 
 
+@pytest.mark.slow
 def test_smollm2_prompt_logits_match_transformers(smollm2) -> None:
     model, hf, bundle = smollm2
     prompt = bundle.tokenizer.encode(QUESTION)

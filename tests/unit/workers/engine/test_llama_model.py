@@ -54,7 +54,9 @@ def test_batched_prefill_with_cached_prefix_then_decode_matches_transformers(mod
     model, hf = models
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 259, (n,), generator=gen).tolist() for n in (13, 8, 21)]
-    cache = PagedKVCache.allocate(model.config, num_blocks=32, block_size=BLOCK, device=CPU, dtype=torch.float32)
+    cache = PagedKVCache.allocate(
+        model.config, num_blocks=32, block_size=BLOCK, device=CPU, dtype=torch.float32
+    )
     tables = [list(range(1, 6)), list(range(6, 9)), list(range(9, 16))]
     # Step 1: a first chunk of each prompt (as a prefix cache or chunked prefill would leave it).
     firsts = [8, 4, 12]

@@ -72,7 +72,9 @@ def build_core(
     max_num_seqs: int = 32,
     decoder: Decoder | None = None,
 ) -> EngineCore:
-    kv = PagedKVCache.allocate(model.config, num_blocks=num_blocks, block_size=block_size, device=CPU, dtype=torch.float32)
+    kv = PagedKVCache.allocate(
+        model.config, num_blocks=num_blocks, block_size=block_size, device=CPU, dtype=torch.float32
+    )
     events = EventBuffer()
     blocks = BlockManager(num_blocks, block_size, on_event=events.append, worker_id="w")
     scheduler = Scheduler(blocks, SchedulerConfig(max_batched_tokens, max_num_seqs))
@@ -82,7 +84,9 @@ def build_core(
     )  # fmt: skip
 
 
-def greedy_request(request_id: str, prompt: Sequence[int], max_tokens: int, **params: object) -> GenerationRequest:
+def greedy_request(
+    request_id: str, prompt: Sequence[int], max_tokens: int, **params: object
+) -> GenerationRequest:
     sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0, **params)  # type: ignore[arg-type]
     return GenerationRequest(request_id, tuple(prompt), sampling, model=MODEL_ID)
 

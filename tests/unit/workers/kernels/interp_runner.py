@@ -1,6 +1,6 @@
-"""Runs one Triton kernel's case grid under ``TRITON_INTERPRET=1`` and prints the errors as JSON.
+"""Runs Triton kernels' case grids under ``TRITON_INTERPRET=1`` and prints the errors as JSON.
 
-Usage: ``python -m tests.unit.workers.kernels.interp_runner {store,decode,prefill}``.
+Usage: ``python -m tests.unit.workers.kernels.interp_runner {store,decode,prefill}...``.
 
 Triton reads ``TRITON_INTERPRET`` when ``@triton.jit`` decorates a kernel, i.e. when the kernel module
 is first imported, and the choice then sticks for the life of the process. The tests therefore run this
@@ -71,7 +71,8 @@ RUNNERS: dict[str, tuple[tuple[Case, ...], Callable[[Case], float]]] = {
 KERNEL_MODULES = {"decode": "decode_attention", "prefill": "prefill_attention", "store": "store_kv"}
 
 
-def main(kernel: str) -> int:
+def run_grid(kernel: str) -> tuple[bool, dict[str, dict[str, float | str]]]:
+    """``(kernels were interpreted, {case id: {"err": max abs error} or {"error": traceback}})``."""
     cases, measure = RUNNERS[kernel]
     results: dict[str, dict[str, float | str]] = {}
     for case in cases:
@@ -82,9 +83,16 @@ def main(kernel: str) -> int:
     module = sys.modules[f"workers.kernels.{KERNEL_MODULES[kernel]}"]
     kernels = [obj for name, obj in vars(module).items() if name.endswith("_kernel")]
     interpreted = bool(kernels) and all(type(k).__name__ == "InterpretedFunction" for k in kernels)
-    print(json.dumps({"interpreted": interpreted, "results": results}))
+    return interpreted, results
+
+
+def main(kernels: list[str]) -> int:
+    report: dict[str, dict[str, object]] = {"interpreted": {}, "results": {}}
+    for kernel in kernels:
+        report["interpreted"][kernel], report["results"][kernel] = run_grid(kernel)
+    print(json.dumps(report))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 """Every Triton kernel, run by Triton's CPU interpreter, against the torch reference over a case grid.
 
-Each kernel's grid runs once, in a child process (``interp_runner``) that sets ``TRITON_INTERPRET=1``
+The grids run once, in one child process (``interp_runner``) that sets ``TRITON_INTERPRET=1``
 before importing triton; this pytest process never imports the kernels in interpreter mode.
 """
 
@@ -21,36 +21,23 @@ REPO_ROOT = Path(__file__).resolve().parents[4]
 GRIDS = {"store": STORE_CASES, "decode": DECODE_CASES, "prefill": PREFILL_CASES}
 
 
-def _run_interpreted(kernel: str) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    """All kernels' grids, run once per module in one child process."""
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.unit.workers.kernels.interp_runner", kernel],
+        [sys.executable, "-m", "tests.unit.workers.kernels.interp_runner", *GRIDS],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=100,
+        timeout=110,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return report
-
-
-@pytest.fixture(scope="module")
-def store_report() -> dict[str, Any]:
-    return _run_interpreted("store")
-
-
-@pytest.fixture(scope="module")
-def decode_report() -> dict[str, Any]:
-    return _run_interpreted("decode")
-
-
-@pytest.fixture(scope="module")
-def prefill_report() -> dict[str, Any]:
-    return _run_interpreted("prefill")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 PARAMS = [
@@ -59,10 +46,9 @@ PARAMS = [
 
 
 @pytest.mark.parametrize(("kernel", "case"), PARAMS)
-def test_kernel_matches_reference(request, kernel, case):
-    report = request.getfixturevalue(f"{kernel}_report")
-    assert report["interpreted"], "the child process did not run the kernels in the interpreter"
-    result = report["results"][case.id]
+def test_kernel_matches_reference(report, kernel, case):
+    assert report["interpreted"][kernel], "the child process did not run the kernels in the interpreter"
+    result = report["results"][kernel][case.id]
     assert "error" not in result, result.get("error")
     tolerance = 0.0 if kernel == "store" else TOLERANCE[case.dtype]
     assert result["err"] <= tolerance, f"max abs error {result['err']} > {tolerance}"

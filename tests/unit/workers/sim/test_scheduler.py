@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from gateway.kvcontract.events import EventType, KVEvent
 from gateway.kvcontract.hashing import chain_hashes, root_hash
@@ -161,3 +162,44 @@ def test_extra_keys_change_the_hash_root():
     s.submit(salted, out.append)
     _drive(s, 0.01)
     assert out[-1].num_cached_tokens == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(1, 40), st.integers(1, 20), st.booleans()),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_random_mixes_finish_without_leaks_and_events_match_the_cache(specs):
+    events: list[KVEvent] = []
+    s = _sched(num_blocks=12, events=events, prefill_tps=2000.0, decode_tps=500.0, max_running=3)
+    out: dict[int, list[GenerationChunk]] = {}
+    seqs = []
+    for i, (prefix, extra, max_tokens, abort) in enumerate(specs):
+        prompt = [prefix] * 20 + [100 + i] * extra  # three shared prefixes, one full block each
+        if s.blocks.blocks_for(len(prompt) + max_tokens) > 12:
+            continue
+        out[i] = []
+        seqs.append((s.submit(_req(prompt, max_tokens), out[i].append), abort, len(prompt), max_tokens))
+    t = 0.0
+    for seq, abort, _, _ in seqs:
+        t += 0.002
+        s.step(t)
+        if abort:
+            s.abort(seq)
+    while s.num_running or s.num_waiting:
+        t += 0.002
+        s.step(t)
+        assert t < 60, "the simulation must drain"
+    assert s.blocks.num_free_blocks == s.blocks.num_total_blocks
+    for (_, abort, n, max_tokens), chunks in zip(seqs, out.values(), strict=True):
+        if not abort:
+            assert chunks[-1].num_output_tokens == max_tokens
+            assert chunks[-1].num_cached_tokens % BS == 0
+            assert chunks[-1].num_cached_tokens <= n - 1
+    cached: set[int] = set()
+    for e in events:
+        cached = cached | set(e.hashes) if e.type is EventType.STORED else cached - set(e.hashes)
+    assert cached == set(s.blocks.cached_hashes())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from policies import Role, RouteRequest, WorkerId, WorkerView
 
-EXAMPLE_PLUGIN_DIR = Path(__file__).resolve().parents[2] / "examples" / "kvgate-example-policy"
+EXAMPLE_PLUGIN_DIR = Path(__file__).resolve().parents[3] / "examples" / "kvgate-example-policy"
 EXAMPLE_ENTRY_POINT = md.EntryPoint(
     name="lowest_id", value="kvgate_example_policy.lowest_id:make", group="kvgate.policies"
 )
