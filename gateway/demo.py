@@ -32,7 +32,9 @@ _WORKER_START_S = 60.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=8000, help="gateway port (a free one if taken; default 8000)")
+    parser.add_argument(
+        "--port", type=int, default=8000, help="gateway port (a free one if taken; default 8000)"
+    )
     parser.add_argument("--policy", default=None, help="routing policy (default: the gateway's default)")
     parser.add_argument("--log-level", default="warning", help="debug | info | warning | error")
 
@@ -66,7 +68,9 @@ def _wait_ready(procs: Sequence[subprocess.Popen[bytes]], urls: Sequence[str], l
     while pending and time.monotonic() < deadline:
         for proc in procs:
             if proc.poll() is not None:
-                raise ConfigError(f"a sim worker exited with status {proc.returncode}; see its log in {log_dir}")
+                raise ConfigError(
+                    f"a sim worker exited with status {proc.returncode}; see its log in {log_dir}"
+                )
         try:
             if httpx.get(f"{pending[0]}/health", timeout=1.0).status_code == 200:
                 pending.pop(0)
@@ -112,7 +116,9 @@ PY
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     port = args.port if _port_free(args.port) else _free_port()
     worker_ports = [_free_port(), _free_port()]
     urls = [f"http://127.0.0.1:{p}" for p in worker_ports]
@@ -121,7 +127,9 @@ def run(args: argparse.Namespace) -> int:
         procs = [_start_worker(p, log_dir) for p in worker_ports]
         try:
             model = _wait_ready(procs, urls, log_dir)
-            settings = Settings(port=port, workers=tuple(parse_worker(u) for u in urls), log_level=args.log_level)
+            settings = Settings(
+                port=port, workers=tuple(parse_worker(u) for u in urls), log_level=args.log_level
+            )
             if args.policy:
                 settings = replace(settings, policy=args.policy)
             sys.stdout.write(usage_text(f"http://127.0.0.1:{port}", model))

@@ -16,10 +16,10 @@ Block tables are a random permutation of the pool, so reads are as scattered as 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -28,7 +28,7 @@ from workers.kernels.dispatch import Kernels, select_kernels
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Shape:
     batch: int
     context: int
@@ -46,13 +46,14 @@ GPU_SHAPE = Shape(batch=64, context=4096, heads=32, kv_heads=8, head_dim=128, bl
 CPU_SHAPE = Shape(batch=8, context=1024, heads=9, kv_heads=3, head_dim=64, block_size=16)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Result:
     kernels: str
     device: str
     dtype: str
     shape: Shape
     seconds: float  # median per call
+    best: float  # fastest call (a better guide than the median on a shared, noisy CPU)
 
     @property
     def gb_per_s(self) -> float:
@@ -60,20 +61,21 @@ class Result:
 
 
 def _inputs(shape: Shape, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(device=device).manual_seed(0)
     per_seq = -(-shape.context // shape.block_size)
     num_blocks = shape.batch * per_seq
     cache_shape = (num_blocks, shape.block_size, shape.kv_heads, shape.head_dim)
-    k_cache = torch.randn(cache_shape, generator=gen).to(device=device, dtype=dtype)
-    v_cache = torch.randn(cache_shape, generator=gen).to(device=device, dtype=dtype)
-    tables = torch.randperm(num_blocks, generator=gen).view(shape.batch, per_seq).to(device, torch.int32)
+    k_cache = torch.randn(cache_shape, generator=gen, device=device, dtype=dtype)
+    v_cache = torch.randn(cache_shape, generator=gen, device=device, dtype=dtype)
+    perm = torch.randperm(num_blocks, generator=gen, device=device)
+    tables = perm.view(shape.batch, per_seq).to(torch.int32)
     lens = torch.full((shape.batch,), shape.context, dtype=torch.int32, device=device)
-    q = torch.randn(shape.batch, shape.heads, shape.head_dim, generator=gen).to(device=device, dtype=dtype)
+    q = torch.randn(shape.batch, shape.heads, shape.head_dim, generator=gen, device=device, dtype=dtype)
     return q, k_cache, v_cache, tables, lens
 
 
-def _time_calls(call: Callable[[], object], device: torch.device, iters: int) -> float:
-    """Median seconds per call after two warm-up calls."""
+def _time_calls(call: Callable[[], object], device: torch.device, iters: int) -> list[float]:
+    """Seconds per call, ``iters`` samples after two warm-up calls."""
     call()
     call()
     samples = []
@@ -90,7 +92,7 @@ def _time_calls(call: Callable[[], object], device: torch.device, iters: int) ->
             begin = time.perf_counter()
             call()
             samples.append(time.perf_counter() - begin)
-    return float(statistics.median(samples))
+    return samples
 
 
 def bench_decode(kernels: Kernels, shape: Shape, dtype: str, device: torch.device, iters: int) -> Result:
@@ -101,8 +103,8 @@ def bench_decode(kernels: Kernels, shape: Shape, dtype: str, device: torch.devic
     def call() -> object:
         return kernels.paged_decode_attention(q, k_cache, v_cache, tables, lens, scale)
 
-    seconds = _time_calls(call, device, iters)
-    return Result(kernels.name, str(device), dtype, shape, seconds)
+    samples = _time_calls(call, device, iters)
+    return Result(kernels.name, str(device), dtype, shape, statistics.median(samples), min(samples))
 
 
 def _format(result: Result, peak_gbps: float | None) -> str:
@@ -113,7 +115,8 @@ def _format(result: Result, peak_gbps: float | None) -> str:
     return (
         f"{result.kernels:>15} {result.device:>6} {result.dtype} batch={s.batch} ctx={s.context} "
         f"heads={s.heads}/{s.kv_heads} d={s.head_dim} bs={s.block_size}: "
-        f"{result.seconds * 1e3:8.3f} ms/call  {result.gb_per_s:8.1f} GB/s  ({share})"
+        f"{result.seconds * 1e3:8.3f} ms/call (best {result.best * 1e3:.3f})  "
+        f"{result.gb_per_s:8.1f} GB/s  ({share})"
     )
 
 
@@ -135,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     on_gpu = device.type == "cuda"
     shape = GPU_SHAPE if on_gpu else CPU_SHAPE
     overrides = {k: v for k, v in (("batch", args.batch), ("context", args.context)) if v is not None}
-    shape = Shape(**{**shape.__dict__, **overrides}) if overrides else shape
+    shape = dataclasses.replace(shape, **overrides)
     dtypes = (args.dtypes or ("fp16,bf16" if on_gpu else "fp32")).split(",")
     kernels = select_kernels(device)
     if not on_gpu:

@@ -29,7 +29,8 @@ import httpx
 
 _COMPLETION = json.dumps({
     "id": "cmpl-bench", "object": "chat.completion", "created": 0, "model": "mock",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello there"}, "finish_reason": "stop"}],
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello there"},
+                 "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14,
               "prompt_tokens_details": {"cached_tokens": 0}},
 }).encode()  # fmt: skip
@@ -37,7 +38,7 @@ _CHUNK = b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta"
 _SSE = _CHUNK * 8 + b"data: [DONE]\n\n"
 _MODELS = b'{"object":"list","data":[{"id":"mock","object":"model","owned_by":"bench"}]}'
 _LOAD = b'{"running":0,"waiting":0,"kv_usage":0.0}'
-_BODY = b'{"model":"mock","messages":[{"role":"user","content":"Say hello to the benchmark, please."}],"max_tokens":8}'
+_BODY = b'{"model":"mock","messages":[{"role":"user","content":"Say hello, please."}],"max_tokens":8}'
 _STREAM_BODY = _BODY[:-1] + b',"stream":true}'
 
 
@@ -132,7 +133,9 @@ async def _run_client(port: int, connections: int, duration_s: float, stream: bo
     latencies: list[float] = []
     start = time.perf_counter()
     deadline = start + duration_s
-    counts = await asyncio.gather(*(_client_conn(port, request, deadline, latencies) for _ in range(connections)))
+    counts = await asyncio.gather(
+        *(_client_conn(port, request, deadline, latencies) for _ in range(connections))
+    )
     elapsed = time.perf_counter() - start
     latencies.sort()
     return {
@@ -228,10 +231,14 @@ def _bench(fleet: _Fleet, duration_s: float, connections: int) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench_proxy", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench_proxy", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--duration-s", type=float, default=5.0, help="seconds per measurement (default 5)")
     parser.add_argument("--connections", type=int, default=64, help="connections for the req/s run")
-    parser.add_argument("--workers", choices=["mock", "sim"], default="mock", help="instant mocks or sim workers")
+    parser.add_argument(
+        "--workers", choices=["mock", "sim"], default="mock", help="instant mocks or sim workers"
+    )
     parser.add_argument("--num-workers", type=int, default=4)
     parser.add_argument("--serve-mock", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--client", default=None, help=argparse.SUPPRESS)
@@ -257,8 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.write(
         f"gateway overhead, {args.num_workers} {args.workers} workers, {args.duration_s:g}s per cell, "
         f"{os.cpu_count()} CPUs\n"
-        f"| mode       | direct p50 ms | gw p50 ms | added p50 | direct p99 | gw p99 | req/s @{args.connections} | "
-        f"p50 @{args.connections} | gw CPU µs/req |\n|---|---|---|---|---|---|---|---|---|\n"
+        f"| mode       | direct p50 ms | gw p50 ms | added p50 | direct p99 | gw p99 | "
+        f"req/s @{args.connections} | p50 @{args.connections} | gw CPU µs/req |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
         + "\n".join(rows) + "\n"
     )  # fmt: skip
     return 0

@@ -6,6 +6,9 @@ the worker that computes the prompt's KV (only ``prefill``/``both`` workers). Th
 ``Decision(worker=decode, prefill_worker=prefill or None)``: None means the decode worker prefills itself
 (it pulls what the shared tier holds and computes the rest), which is also the degraded answer when no
 prefill worker is available.
+
+Observer hooks are not forwarded to the sub-policies: each would see the final decision, not its own, so
+sub-policies that keep state should be wrapped by a PD policy of their own design.
 """
 
 from __future__ import annotations

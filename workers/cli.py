@@ -16,6 +16,7 @@ from gateway.kvcontract.hashing import DEFAULT_BLOCK_SIZE
 
 if TYPE_CHECKING:
     from workers.engine_api import Engine
+    from workers.sim.tier import SimTier
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--tokenizer", default=None, help="tokenizer.json, HF directory or .gguf (sim default: byte-level)")
     a("--seed", type=int, default=0, help="seed of the real engine's random weights/sampling")
     a("--log-level", default="info", help="log level (debug, info, warning)")
+    _sim_tier_arguments(parser)
+
+
+def _sim_tier_arguments(parser: argparse.ArgumentParser) -> None:
+    from workers.sim.tier import add_tier_arguments
+
+    add_tier_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,7 +95,16 @@ def _build_sim(args: argparse.Namespace) -> Engine:
     pool = {"kv_tokens": args.kv_tokens} if args.kv_tokens else {}
     worker_id = args.worker_id or f"{args.host}:{args.port}"
     config = SimConfig(model=model, worker_id=worker_id, block_size=args.block_size, timing=timing, **pool)
-    return SimEngine(config, bundle)
+    return SimEngine(config, bundle, tier=_sim_tier(args, model))
+
+
+def _sim_tier(args: argparse.Namespace, model: str) -> SimTier | None:
+    """The sim's shared tier when ``--kv-tier`` is given (pull costs from the ``--tier-pull-*`` flags)."""
+    if not args.kv_tier:
+        return None
+    from workers.sim.tier import SimTier, pull_cost_from_args
+
+    return SimTier.from_url(args.kv_tier, model, pull_cost_from_args(args, args.block_size))
 
 
 def _build_real(args: argparse.Namespace) -> Engine:

@@ -70,20 +70,27 @@ class HealthChecker:
         self._load = load
         self._interval_s = interval_s
         self._on_removed = on_removed
+        self._probe_timeout_s = min(max(interval_s, 1.0), 5.0)
 
     async def run(self) -> None:
-        """Probe forever (until cancelled), one round per interval."""
+        """Probe until cancelled: every worker once per interval, unhealthy ones every second."""
+        tick_s = min(self._interval_s, 1.0)
+        since_full_s = 0.0
         while True:
-            await asyncio.sleep(self._interval_s)
+            await asyncio.sleep(tick_s)
+            since_full_s += tick_s
+            full = since_full_s >= self._interval_s
+            if full:
+                since_full_s = 0.0
             try:
-                await self.round()
-            except Exception:  # a background loop must survive anything; the next round retries
+                await self.round(full=full)
+            except Exception:  # a background loop survives anything; the next round retries
                 logger.exception("health round failed")
 
-    async def round(self) -> None:
-        """One round: probe every worker concurrently, then remove idle draining workers."""
+    async def round(self, *, full: bool = True) -> None:
+        """Probe workers concurrently (only unhealthy ones unless ``full``), then finish idle drains."""
         records = list(self._fleet)
-        await asyncio.gather(*(self.probe(r) for r in records if not r.draining))
+        await asyncio.gather(*(self.probe(r) for r in records if not r.draining and (full or not r.healthy)))
         for record in records:
             if record.draining and self._load.get(record.id).inflight_requests == 0:
                 self._fleet.remove(record.id)
@@ -93,7 +100,7 @@ class HealthChecker:
         """Probe one worker; mark it healthy when ``/health`` answers 200."""
         was_healthy = record.healthy
         try:
-            async with asyncio.timeout(max(self._interval_s, 1.0)):
+            async with asyncio.timeout(self._probe_timeout_s):
                 resp = await self._client.get(f"{record.url}/health")
                 record.healthy = resp.status_code == 200
                 if record.healthy:
@@ -108,10 +115,8 @@ class HealthChecker:
 
     async def _poll_extras(self, record: WorkerRecord) -> None:
         models = await self._client.get(f"{record.url}/v1/models")
-        if models.status_code == 200:
-            apply_models(record, orjson.loads(models.content))
+        if models.status_code == 200 and isinstance(data := orjson.loads(models.content), dict):
+            apply_models(record, data)
         load = await self._client.get(f"{record.url}/load")
-        if load.status_code == 200:
-            data = orjson.loads(load.content)
-            if isinstance(data, dict):
-                apply_load(record, data)
+        if load.status_code == 200 and isinstance(figures := orjson.loads(load.content), dict):
+            apply_load(record, figures)

@@ -153,8 +153,10 @@ async def run_worker_feed(
         try:
             await _follow_once(url, client, config, on_snapshot, on_events)
             delay = config.backoff_initial_s
-        except (httpx.HTTPError, EventDecodeError, OSError) as exc:
+        except (httpx.HTTPError, ValueError, OSError) as exc:
             logger.info("kv feed from %s interrupted (%s); retrying in %.1fs", url, exc, delay)
+        except Exception:  # task boundary: a bug must not kill the gateway's task group
+            logger.exception("kv feed from %s failed; retrying in %.1fs", url, delay)
         await asyncio.sleep(delay)
         delay = min(delay * 2, config.backoff_max_s)
 

@@ -125,7 +125,9 @@ class MemoryKVIndex:
 
     def _store_gpu(self, bit: int, hashes: Sequence[int]) -> None:
         gpu = self._gpu
-        for h in hashes:
+        # Newest last, walking the event's chain backwards: a prefix's head is then evicted after its tail,
+        # so budget eviction shortens matches instead of punching a hole at their start.
+        for h in reversed(hashes):
             mask = gpu.pop(h, 0)
             gpu[h] = mask | bit
         self._evict()
@@ -144,7 +146,7 @@ class MemoryKVIndex:
 
     def _store_tier(self, tier_bit: int, hashes: Sequence[int]) -> None:
         gpu, tier = self._gpu, self._tier
-        for h in hashes:
+        for h in reversed(hashes):
             gpu[h] = gpu.pop(h, 0)
             tier[h] = tier.get(h, 0) | tier_bit
         self._evict()

@@ -19,6 +19,7 @@ from itertools import accumulate, repeat, takewhile
 from gateway.kvindex.index import PrefixHit
 
 MaskGetter = Callable[[int, int], int]
+_MISS = PrefixHit()
 
 
 def leading_masks(hashes: Sequence[int], getters: Sequence[MaskGetter]) -> list[int]:
@@ -78,6 +79,8 @@ def prefix_hits(
     """
     acc = leading_masks(hashes, getters)
     tier_get = tier.get if tier else None
+    if not acc and (tier_get is None or not hashes or not tier_get(hashes[0])):
+        return dict.fromkeys(workers, _MISS)
     runs: dict[int, int] = {}
     out: dict[str, PrefixHit] = {}
     for worker in workers:

@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.kvcontract.events import KVEvent
+from gateway.kvindex.shared_predictions import ROUTED_STREAM, Routed, decode_routed, encode_routed
 from gateway.kvindex.consumers import BlocksSnapshot, EventsSink, FeedConfig, fetch_snapshot, run_worker_feed
 from gateway.kvindex.stream import (
     StreamReader,
@@ -56,6 +57,7 @@ class RedisBackplane:
         client: httpx.AsyncClient,
         feed: FeedConfig,
         apply: Callable[[Sequence[KVEvent]], None],
+        on_routed: Callable[[str, Sequence[int]], None],
         clock: Callable[[], float],
         token: str,
         lease_s: float,
@@ -66,6 +68,10 @@ class RedisBackplane:
         self._client = client
         self._feed = feed
         self._apply = apply
+        self._on_routed = on_routed
+        self._outbox: list[Routed] = []
+        self._outbox_ready = asyncio.Event()
+        self._routed_reader: StreamReader | None = None
         self._clock = clock
         self._token = token
         self._lease_s = lease_s
@@ -73,7 +79,7 @@ class RedisBackplane:
         self._warn_interval_s = warn_interval_s
         self._last_warning = float("-inf")
         self._reader: StreamReader | None = None
-        self._reader_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self.degraded = False
 
     @property
@@ -81,18 +87,52 @@ class RedisBackplane:
         return self._reader
 
     async def start(self, tasks: asyncio.TaskGroup) -> None:
-        """Find the stream position to read from and start the reader task."""
+        """Find the stream positions to read from and start the reader and publisher tasks."""
         try:
             start_id = await last_entry_id(self._redis)
+            routed_id = await last_entry_id(self._redis, ROUTED_STREAM)
         except _REDIS_DOWN as exc:
             self.mark_down(exc)
-            start_id = b"0-0"
+            start_id = routed_id = b"0-0"
         self._reader = StreamReader(self._redis, self._apply, start_id=start_id)
-        self._reader_task = tasks.create_task(self._read_loop(self._reader), name="kv-stream-reader")
+        self._routed_reader = StreamReader(
+            self._redis, stream=ROUTED_STREAM, start_id=routed_id, on_payload=self._apply_routed
+        )
+        self._tasks = [
+            tasks.create_task(self._read_loop(self._reader), name="kv-stream-reader"),
+            tasks.create_task(self._read_loop(self._routed_reader), name="kv-routed-reader"),
+            tasks.create_task(self._publish_routed_loop(), name="kv-routed-publisher"),
+        ]
 
     def stop(self) -> None:
-        if self._reader_task is not None:
-            self._reader_task.cancel()
+        for task in self._tasks:
+            task.cancel()
+
+    def note_routed(self, worker: str, hashes: Sequence[int]) -> None:
+        """Queue a routing prediction for the other replicas (synchronous, O(1))."""
+        self._outbox.append((worker, tuple(hashes)))
+        self._outbox_ready.set()
+
+    def _apply_routed(self, data: bytes) -> None:
+        replica, items = decode_routed(data)
+        if replica != self._token:
+            for worker, hashes in items:
+                self._on_routed(worker, hashes)
+
+    async def _publish_routed_loop(self) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            batch, self._outbox = self._outbox, []
+            if not batch:
+                continue
+            try:
+                await self._redis.xadd(
+                    ROUTED_STREAM, {b"e": encode_routed(self._token, batch)}, maxlen=10_000, approximate=True
+                )
+            except _REDIS_DOWN as exc:  # predictions are hints: drop them rather than queue them
+                self.mark_down(exc)
+            raise_if_cancelling()
 
     def mark_down(self, exc: BaseException) -> None:
         """Record that Redis failed; warn at most once per interval."""
@@ -113,6 +153,8 @@ class RedisBackplane:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._feed.backoff_max_s)
                 continue
+            except Exception:  # task boundary: a bad entry must not stop the reader
+                logger.exception("KV stream reader failed at %s; skipping on", reader.last_id)
             raise_if_cancelling()
             if self.degraded:
                 logger.warning("Redis state reachable again: KV index follows the shared stream")

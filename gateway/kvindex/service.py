@@ -38,6 +38,7 @@ from gateway.kvindex.consumers import (
 )
 from gateway.kvindex.index import KVIndex
 from gateway.kvindex.memory import MemoryIndexConfig, MemoryKVIndex
+from gateway.kvindex.shared_predictions import ReplicatedKVIndex
 from gateway.kvindex.stream import wait_for_entry
 
 if TYPE_CHECKING:
@@ -128,6 +129,47 @@ class KVService:
         self._workers[worker_id] = self._tasks.create_task(coro, name=f"kv-feed-{worker_id}")
         logger.info("following KV events of worker %s at %s", worker_id, url)
 
+    def add_engine_worker(
+        self, worker_id: str, endpoint: str, *, model: str, engine: str = "vllm", topic: bytes = b""
+    ) -> None:
+        """Follow a foreign engine's ZMQ KV events (vLLM or SGLang), re-hashed into kvgate's scheme.
+
+        Every replica subscribes itself (a ZMQ PUB serves many subscribers), so no Redis relay is involved.
+
+        Args:
+            worker_id: the gateway registry's id of the engine.
+            endpoint: the engine's ZMQ PUB address, e.g. ``tcp://10.0.0.5:5557``.
+            model: the model id the gateway hashes this engine's prompts with.
+            engine: ``vllm`` or ``sglang``.
+            topic: the engine's ZMQ topic (empty: all).
+
+        Raises:
+            ValueError: unknown ``engine``.
+        """
+        from gateway.kvindex.adapters.sglang import decode_sglang_batch
+        from gateway.kvindex.adapters.vllm import EngineEventTranslator, TranslatorConfig, decode_batch
+        from gateway.kvindex.adapters.zmq_feed import run_zmq_feed
+
+        decoders = {"vllm": decode_batch, "sglang": decode_sglang_batch}
+        if engine not in decoders:
+            raise ValueError(f"engine {engine!r} is not supported; use one of: {', '.join(decoders)}")
+        if worker_id in self._workers:
+            return
+        translator = EngineEventTranslator(TranslatorConfig(worker_id, model, self._feed.block_size))
+        coro = run_zmq_feed(
+            endpoint=endpoint,
+            decode=decoders[engine],
+            translator=translator,
+            sink=self._apply_local,
+            topic=topic,
+        )
+        self._workers[worker_id] = self._tasks.create_task(coro, name=f"kv-zmq-{worker_id}")
+        logger.info("following %s KV events of worker %s at %s", engine, worker_id, endpoint)
+
+    def _apply_local(self, events: Sequence[KVEvent]) -> None:
+        for event in events:
+            self.index.apply(event)
+
     def remove_worker(self, worker_id: str) -> None:
         """Stop following a worker and forget its blocks."""
         task = self._workers.pop(worker_id, None)
@@ -209,11 +251,14 @@ async def open_kv_service(
             if redis is not None:
                 from gateway.kvindex.relay import RedisBackplane
 
+                local = index
                 backplane = RedisBackplane(
-                    redis=redis, client=client, feed=feed, apply=service.apply_events, clock=clock,
-                    token=uuid.uuid4().hex, lease_s=cfg.relay_lease_s, maxlen=cfg.stream_maxlen,
+                    redis=redis, client=client, feed=feed, apply=service.apply_events,
+                    on_routed=local.record_routed, clock=clock, token=uuid.uuid4().hex,
+                    lease_s=cfg.relay_lease_s, maxlen=cfg.stream_maxlen,
                     warn_interval_s=cfg.degraded_warn_interval_s,
                 )  # fmt: skip
+                service.index = ReplicatedKVIndex(local, backplane.note_routed)
                 service.attach(backplane)
                 await backplane.start(tasks)
             try:

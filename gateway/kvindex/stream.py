@@ -60,24 +60,35 @@ async def claim_relay(redis: Redis, worker: str, token: str, ttl_ms: int) -> boo
 
 
 class StreamReader:
-    """Reads ``kvgate:events`` from a position on, handing each decoded batch to a callback.
+    """Reads a stream (``kvgate:events`` by default) from a position on, handing each entry to a callback.
 
     ``read_once`` blocks at most ``block_ms``; errors (Redis down) propagate to the caller's loop.
     """
 
-    __slots__ = ("_on_events", "_redis", "_stream", "block_ms", "last_id", "num_bad_entries")
+    __slots__ = ("_on_payload", "_redis", "_stream", "block_ms", "last_id", "num_bad_entries")
 
     def __init__(
         self,
         redis: Redis,
-        on_events: Callable[[Sequence[KVEvent]], None],
+        on_events: Callable[[Sequence[KVEvent]], None] | None = None,
         *,
         start_id: bytes = b"0-0",
         stream: str = EVENTS_STREAM,
         block_ms: int = 1_000,
+        on_payload: Callable[[bytes], None] | None = None,
     ) -> None:
+        """Read ``stream``: each entry's ``e`` field goes to ``on_payload``, or is parsed as KV events for
+        ``on_events``; a payload callback raises ``EventDecodeError`` for a bad entry (it is skipped)."""
+        if on_payload is None:
+            if on_events is None:
+                raise ValueError("StreamReader needs on_events or on_payload")
+            events_sink = on_events
+
+            def on_payload(data: bytes) -> None:
+                events_sink(parse_event_payload(data))
+
         self._redis = redis
-        self._on_events = on_events
+        self._on_payload = on_payload
         self._stream = stream
         self.block_ms = block_ms
         self.last_id = start_id
@@ -102,7 +113,7 @@ class StreamReader:
         try:
             if data is None:
                 raise EventDecodeError("stream entry has no 'e' field")
-            self._on_events(parse_event_payload(data))
+            self._on_payload(data)
         except EventDecodeError as exc:
             self.num_bad_entries += 1
             logger.warning("skipping bad entry %s on %s: %s", self.last_id, self._stream, exc)

@@ -8,6 +8,7 @@ and passed on; streaming ones go through ``proxy.stream.StreamRelay``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -22,6 +23,7 @@ from gateway.openai.sse import cached_tokens_of
 from gateway.proxy.failover import RetryableFailure, backoff_s
 from gateway.proxy.responses import JSON_TYPE, Receive, Send, proxied_headers, send_whole
 from gateway.proxy.stream import Result, StreamRelay
+from gateway.routing.pd import PrefillRunner, prefill_body
 from gateway.routing.router import Routed, Router
 from gateway.settings import RetrySettings, Timeouts
 from gateway.state.protocols import LoadBoard
@@ -44,6 +46,7 @@ class Proxy:
         retry: attempts and backoff.
         rng: jitter source.
         sleep: injected for tests.
+        prefill: runs the PD prefill step (default: on ``session``, deadline ``timeouts.ttfb_s``).
     """
 
     def __init__(
@@ -57,8 +60,10 @@ class Proxy:
         retry: RetrySettings,
         rng: random.Random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        prefill: PrefillRunner | None = None,
     ) -> None:
         self._session = session
+        self._prefill = prefill or PrefillRunner(session=session, load=load, timeout_s=timeouts.ttfb_s)
         self._router = router
         self._load = load
         self._metrics = metrics
@@ -86,6 +91,8 @@ class Proxy:
                 if last is not None:
                     raise last from None
                 raise
+            if routed.prefill is not None:
+                routed = await self._run_prefill(routed, parsed)
             try:
                 await self._attempt(routed, parsed, raw, receive, send)
                 return
@@ -98,6 +105,14 @@ class Proxy:
                     await self._sleep(backoff_s(attempt, self._retry, self._rng))
         assert last is not None, "the loop runs at least once"
         raise last
+
+    async def _run_prefill(self, routed: Routed, parsed: ParsedRequest) -> Routed:
+        """PD step 1 (see ``gateway.routing.pd``): on failure, the decode worker serves alone."""
+        assert routed.prefill is not None, "only called for a PD decision"
+        body, tokens = prefill_body(parsed.body), routed.request.num_prompt_tokens
+        outcome = await self._prefill.run(routed.prefill, _PATHS[parsed.endpoint], body, tokens)
+        self._metrics.stage("pd_prefill", outcome.seconds)
+        return routed if outcome.ok else dataclasses.replace(routed, prefill=None)
 
     async def _attempt(
         self, routed: Routed, parsed: ParsedRequest, raw: bytes, receive: Receive, send: Send
@@ -130,7 +145,7 @@ class Proxy:
         start = time.perf_counter()
         try:
             async with asyncio.timeout(self._timeouts.ttfb_s):
-                async with self._session.post(url, data=raw, headers=_JSON_HEADERS) as resp:
+                async with self._session.post(url, data=raw, headers=routed.upstream_headers) as resp:
                     body = await resp.read()
                     status = resp.status
                     ctype = resp.headers.get("Content-Type")
@@ -144,9 +159,8 @@ class Proxy:
             )
         ttfb_s = time.perf_counter() - start
         routed.record.breaker.record_success()
-        headers = proxied_headers(
-            ctype.encode() if ctype else JSON_TYPE, worker, routed.prefix_hit_tokens, len(body)
-        )
+        ctype_b = ctype.encode() if ctype else JSON_TYPE
+        headers = proxied_headers(ctype_b, worker, routed.prefix_hit_tokens, len(body), routed.prefill_id)
         await send_whole(send, status, headers, body)
         cached = _cached_tokens(body) if want_usage and status == 200 else None
         return Result(status, ok=status == 200, cached_tokens=cached, ttfb_s=ttfb_s)

@@ -13,14 +13,16 @@ SSE_TYPE = b"text/event-stream"
 
 
 def proxied_headers(
-    content_type: bytes, worker: str, prefix_hit: int, length: int | None
+    content_type: bytes, worker: str, prefix_hit: int, length: int | None, prefill: str | None = None
 ) -> list[tuple[bytes, bytes]]:
-    """Response headers for a proxied answer."""
+    """Response headers for a proxied answer (``prefill``: the PD prefill worker, if one ran)."""
     headers = [
         (b"content-type", content_type),
         (b"x-kvgate-worker", worker.encode()),
         (b"x-kvgate-prefix-hit", str(prefix_hit).encode()),
     ]
+    if prefill is not None:
+        headers.append((b"x-kvgate-prefill-worker", prefill.encode()))
     if length is not None:
         headers.append((b"content-length", str(length).encode()))
     else:

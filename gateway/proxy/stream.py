@@ -79,7 +79,7 @@ class StreamRelay:
         started = False
         try:
             async with asyncio.timeout(self._timeouts.ttfb_s) as deadline:
-                resp = await self._session.post(url, data=raw, headers=_JSON_HEADERS)
+                resp = await self._session.post(url, data=raw, headers=routed.upstream_headers)
                 if resp.status != 200:
                     return await self._non_stream_answer(routed, resp, send)
                 first = await resp.content.readany()
@@ -87,7 +87,7 @@ class StreamRelay:
                     raise RetryableFailure(WorkerUnavailable(f"worker {worker} closed the stream"), "eof")
                 ttfb_s = loop.time() - started_at
                 routed.record.breaker.record_success()
-                headers = proxied_headers(SSE_TYPE, worker, routed.prefix_hit_tokens, None)
+                headers = proxied_headers(SSE_TYPE, worker, routed.prefix_hit_tokens, None, routed.prefill_id)
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
                 started = True
                 await send({"type": "http.response.body", "body": first, "more_body": True})
@@ -133,7 +133,9 @@ class StreamRelay:
                 f"status_{resp.status}",
             )
         ctype = resp.headers.get("Content-Type", "application/json").encode()
-        headers = proxied_headers(ctype or JSON_TYPE, routed.record.id, routed.prefix_hit_tokens, len(body))
+        headers = proxied_headers(
+            ctype or JSON_TYPE, routed.record.id, routed.prefix_hit_tokens, len(body), routed.prefill_id
+        )
         await send_whole(send, resp.status, headers, body)
         return Result(resp.status, ok=False)
 

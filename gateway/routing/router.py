@@ -18,12 +18,14 @@ from gateway.fleet.registry import Fleet, WorkerRecord
 from gateway.kvindex.index import KVIndex, PrefixHit
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
+from gateway.routing.pd import DECODE_HEADERS
 from gateway.state.protocols import LoadBoard
 from gateway.tokenize.analyzer import PromptAnalyzer
 from policies.api import Decision, Need, Observer, Outcome, Policy, RouteRequest, WorkerId, WorkerView
 
 logger = logging.getLogger(__name__)
 _NO_HIT = PrefixHit()
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,16 @@ class Routed:
     decision: Decision
     record: WorkerRecord
     prefix_hit_tokens: int
+    prefill: WorkerRecord | None = None  # PD: the prefill worker (None: the decode worker prefills)
+
+    @property
+    def upstream_headers(self) -> Mapping[str, str]:
+        """Headers of the request to ``record`` (``x-kvgate-pd: decode`` after a PD prefill)."""
+        return DECODE_HEADERS if self.prefill is not None else _JSON_HEADERS
+
+    @property
+    def prefill_id(self) -> str | None:
+        return self.prefill.id if self.prefill is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +184,12 @@ class Router:
             self._recorder.record_routed(record.id, req.block_hashes)
         hit_blocks = next(v.gpu_hit_blocks for v in views if v.id == decision.worker)
         hit_tokens = min(hit_blocks * self._block_size, req.num_prompt_tokens)
-        return Routed(request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens)
+        prefill = self._fleet.get(decision.prefill_worker) if decision.prefill_worker is not None else None
+        if prefill is not None and (not prefill.available or prefill.id == record.id):
+            prefill = None  # PD degrades to decode-only, never fails the request
+        return Routed(
+            request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens, prefill=prefill
+        )
 
     def explain(self, req: RouteRequest) -> Explanation:
         """The decision the policy would make now, with the snapshot; nothing is recorded."""

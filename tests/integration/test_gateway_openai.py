@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.integration.gateway_fleet import Fleet, gateway_fleet
 
@@ -20,11 +21,13 @@ GATEWAY_ARGS = ("--policy", "round_robin", "--tokenizer", "none")
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     worker_args = ("--prefill-tps", "1000000", "--decode-tps", "2000")
-    with gateway_fleet(tmp_path_factory.mktemp("gw"), worker_args=worker_args, gateway_args=GATEWAY_ARGS) as f:
+    with gateway_fleet(
+        tmp_path_factory.mktemp("gw"), worker_args=worker_args, gateway_args=GATEWAY_ARGS
+    ) as f:
         yield f
 
 
-def _messages(question: str) -> list[dict[str, str]]:
+def _messages(question: str) -> list[ChatCompletionMessageParam]:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
 
 
@@ -49,7 +52,9 @@ def test_sync_client_content_usage_cached_tokens_and_worker_header(fleet: Fleet)
 
 def test_sync_stream_with_usage(fleet: Fleet) -> None:
     client = openai.OpenAI(base_url=f"{fleet.gateway}/v1", api_key="unused", max_retries=0)
-    whole = client.chat.completions.create(model=MODEL, messages=_messages("Stream it."), max_tokens=10, seed=1)
+    whole = client.chat.completions.create(
+        model=MODEL, messages=_messages("Stream it."), max_tokens=10, seed=1
+    )
     stream = client.chat.completions.create(
         model=MODEL, messages=_messages("Stream it."), max_tokens=10, seed=1, stream=True,
         stream_options={"include_usage": True},

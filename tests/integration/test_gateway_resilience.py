@@ -12,6 +12,7 @@ import httpx
 import openai
 import orjson
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.integration.gateway_fleet import Fleet, gateway_fleet
 from tests.support.procs import wait_until
@@ -19,8 +20,9 @@ from tests.support.procs import wait_until
 pytestmark = pytest.mark.integration
 
 MODEL = "kvgate-sim"
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me a long story."}]
 # ignore_eos (a vLLM extension the gateway forwards untouched) keeps the sim decoding to max_tokens.
-CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a long story."}], "ignore_eos": True}
+CHAT = {"model": MODEL, "messages": MESSAGES, "ignore_eos": True}
 IDLE_TIMEOUT_S = 2.0
 # Rare health checks: the proxy itself must meet the failures, not the prober.
 GATEWAY_ARGS = ("--policy", "round_robin", "--tokenizer", "none", "--health-interval-s", "60",
@@ -44,15 +46,17 @@ def test_refused_worker_is_routed_around(fleet: Fleet) -> None:
     _kill(fleet, next(iter(fleet.workers)))
     client = openai.OpenAI(base_url=f"{fleet.gateway}/v1", api_key="unused", max_retries=0)
     for _ in range(6):
-        raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=CHAT["messages"], max_tokens=2)
+        raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=MESSAGES, max_tokens=2)
         assert raw.headers["x-kvgate-worker"] == list(fleet.workers)[1]
         assert raw.parse().choices[0].message.content
 
 
 def test_worker_killed_mid_stream_ends_stream_with_error_event(fleet: Fleet) -> None:
     body = {**CHAT, "max_tokens": 500, "stream": True}
-    with httpx.Client(timeout=30) as client, client.stream("POST", f"{fleet.gateway}/v1/chat/completions",
-                                                           json=body) as resp:
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", f"{fleet.gateway}/v1/chat/completions", json=body) as resp,
+    ):
         chunks = resp.iter_bytes()
         first = next(chunks)
         assert first.startswith(b"data: ")
@@ -62,20 +66,21 @@ def test_worker_killed_mid_stream_ends_stream_with_error_event(fleet: Fleet) -> 
     assert time.monotonic() - killed_at < IDLE_TIMEOUT_S + 5
     frames = [f for f in rest.split(b"\n\n") if f]
     assert frames[-1] == b"data: [DONE]"
-    error = orjson.loads(frames[-2][len(b"data: "):])["error"]
+    error = orjson.loads(frames[-2][len(b"data: ") :])["error"]
     assert error["code"] in ("worker_unavailable", "worker_timeout")
 
 
 def test_openai_client_sees_mid_stream_failure_as_error(fleet: Fleet) -> None:
     client = openai.OpenAI(base_url=f"{fleet.gateway}/v1", api_key="unused", max_retries=0, timeout=30)
     raw = client.chat.completions.with_raw_response.create(
-        model=MODEL, messages=CHAT["messages"], max_tokens=500, stream=True, extra_body={"ignore_eos": True}
+        model=MODEL, messages=MESSAGES, max_tokens=500, stream=True, extra_body={"ignore_eos": True}
     )
     stream = raw.parse()
-    next(iter(stream))
+    chunks = iter(stream)
+    next(chunks)
     _kill(fleet, raw.headers["x-kvgate-worker"])
     with pytest.raises(openai.APIError):
-        for _chunk in stream:
+        for _chunk in chunks:
             pass
 
 
@@ -84,8 +89,11 @@ def test_client_disconnect_cancels_the_worker_request(fleet: Fleet) -> None:
     with httpx.Client(timeout=30) as client:
         with client.stream("POST", f"{fleet.gateway}/v1/chat/completions", json=body) as resp:
             worker = resp.headers["x-kvgate-worker"]
-            next(resp.iter_bytes())
+            chunks = resp.iter_bytes()  # keep a reference: a collected iterator closes the response
+            next(chunks)
             wait_until(lambda: httpx.get(f"http://{worker}/load").json()["running"] == 1, timeout_s=10)
-        wait_until(lambda: print(httpx.get(f"http://{worker}/load").text, client.get(f"{fleet.gateway}/admin/workers").text) or httpx.get(f"http://{worker}/load").json()["running"] == 0, timeout_s=3, interval_s=1)
-        inflight = {w["id"]: w["inflight"] for w in client.get(f"{fleet.gateway}/admin/workers").json()["workers"]}
+        wait_until(lambda: httpx.get(f"http://{worker}/load").json()["running"] == 0, timeout_s=10)
+        inflight = {
+            w["id"]: w["inflight"] for w in client.get(f"{fleet.gateway}/admin/workers").json()["workers"]
+        }
     assert inflight[worker] == 0

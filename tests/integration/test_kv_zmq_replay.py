@@ -85,3 +85,33 @@ async def test_replayed_vllm_batches_in_both_encodings_reach_the_index():
         await asyncio.gather(feed, return_exceptions=True)
         pub.close(linger=0)
         ctx.term()
+
+
+async def test_service_follows_an_engine_over_zmq():
+    import httpx
+
+    from gateway.kvindex.service import open_kv_service
+
+    port = free_port()
+    ctx = zmq.asyncio.Context()
+    pub = ctx.socket(zmq.PUB)
+    pub.bind(f"tcp://127.0.0.1:{port}")
+    ours = chain_hashes(tokens(2), root_hash(MODEL), BLOCK)
+    try:
+        async with (
+            httpx.AsyncClient() as client,
+            open_kv_service(state_url="memory", block_size=BLOCK, client=client) as service,
+        ):
+            service.add_engine_worker("engine-0", f"tcp://127.0.0.1:{port}", model=MODEL, engine="vllm")
+            with pytest.raises(ValueError, match="not supported"):
+                service.add_engine_worker("engine-1", "tcp://127.0.0.1:1", model=MODEL, engine="trt")
+            deadline = asyncio.get_running_loop().time() + 10
+            while service.index.longest_prefix(ours, ["engine-0"])["engine-0"].gpu_blocks != 2:
+                assert asyncio.get_running_loop().time() < deadline, "events never reached the index"
+                await pub.send_multipart(
+                    [b"", (0).to_bytes(8, "big"), array_batch(stored_array([1, 2], None, tokens(2)))]
+                )
+                await asyncio.sleep(0.02)
+    finally:
+        pub.close(linger=0)
+        ctx.term()

@@ -156,10 +156,9 @@ def test_client_disconnect_aborts_the_sequence(worker: str):
     body = {"prompt": "a long story", "max_tokens": 30000, "ignore_eos": True, "stream": True}
     with httpx.Client(base_url=worker, timeout=10) as http:
         with http.stream("POST", "/v1/completions", json=body) as resp:
-            first = next(resp.iter_lines())
-            assert first.startswith("data: "), first
-            load = http.get("/load").json()
-            assert load["running"] >= 1, (load, first)
+            lines = resp.iter_lines()  # keep it referenced: dropping it closes the response
+            assert next(lines).startswith("data: ")
+            assert http.get("/load").json()["running"] >= 1
         # Leaving the block closed the connection mid-stream: the worker must drop the sequence.
         wait_until(lambda: http.get("/load").json()["running"] == 0, timeout_s=10)
         assert http.get("/load").json()["kv_usage"] == 0.0

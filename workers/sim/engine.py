@@ -2,6 +2,12 @@
 
 One background task steps every sequence; each request's stream only waits on its own queue of
 chunks, so thousands of concurrent streams cost one wake-up per chunk each and no task per token.
+
+With a shared tier (``workers.sim.tier.SimTier``, from ``--kv-tier``): a request is held until the tier
+said how many of its leading blocks it holds (one Redis round trip), then queued; when its prefill ends,
+the prompt's full blocks the tier lacked are pushed and published as ``stored`` events with
+``tier=dram``. A request's last chunk is delivered only after that push is acknowledged, so a PD prefill
+request (``max_tokens: 1``) answers once its blocks are findable by the decode worker.
 """
 
 from __future__ import annotations
@@ -9,17 +15,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from gateway.kvcontract.events import KVEvent
+from gateway.kvcontract.events import EventType, KVEvent, Tier
 from gateway.kvcontract.hashing import DEFAULT_BLOCK_SIZE
 from gateway.tokenize.bundle import TokenizerBundle
 from workers.engine.block_manager import BlockManager
 from workers.engine_api import EventHub, EventSubscription, GenerationChunk, GenerationRequest, LoadInfo
 from workers.sim.scheduler import SimScheduler, SimSequence, SimTiming
 from workers.sim.text import WordBook
+from workers.sim.tier import SimTier
 
 DEFAULT_MODEL: Final = "kvgate-sim"
 
@@ -52,6 +59,7 @@ class SimEngine:
         bundle: the served tokenizer and template (output words are encoded with its tokenizer).
         clock: monotonic seconds for the timing model.
         wall_clock: epoch seconds for KV event timestamps.
+        tier: the shared KV tier (None: none).
     """
 
     def __init__(
@@ -61,8 +69,13 @@ class SimEngine:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        tier: SimTier | None = None,
     ) -> None:
         self._config = config
+        self._wall_clock = wall_clock
+        self._tier = tier
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pushes: dict[str, asyncio.Task[None]] = {}
         self._bundle = bundle
         self._clock = clock
         self._hub = EventHub()
@@ -74,7 +87,14 @@ class SimEngine:
             clock=wall_clock,
         )
         book = WordBook(bundle.tokenizer.encode, bundle.tokenizer.decode)
-        self._scheduler = SimScheduler(blocks, config.timing, book, config.model)
+        self._scheduler = SimScheduler(
+            blocks,
+            config.timing,
+            book,
+            config.model,
+            pull_cost=tier.cost if tier is not None else None,
+            on_prefilled=self._push if tier is not None else None,
+        )
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -101,9 +121,34 @@ class SimEngine:
     def generate(self, request: GenerationRequest) -> SimStream:
         """Queue a request (raises ``ContextTooLongError`` at once) and return its chunk stream."""
         queue: asyncio.Queue[GenerationChunk] = asyncio.Queue()
-        seq = self._scheduler.submit(request, queue.put_nowait)
+        seq = self._scheduler.submit(request, queue.put_nowait, hold=self._tier is not None)
+        if self._tier is not None:
+            self._spawn(self._lookup(self._tier, seq))
+        else:
+            self._wake.set()
+        return SimStream(self._scheduler, seq, queue, self._wake, self._pushes)
+
+    def _spawn(self, coro: Coroutine[None, None, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _lookup(self, tier: SimTier, seq: SimSequence) -> None:
+        self._scheduler.release(seq, await tier.prefix(seq.hashes))
         self._wake.set()
-        return SimStream(self._scheduler, seq, queue, self._wake)
+
+    def _push(self, seq: SimSequence) -> None:
+        """Push the prompt blocks the tier lacked (called by the scheduler when the prompt's KV is done)."""
+        new = seq.hashes[seq.tier_blocks :]
+        if new and self._tier is not None:
+            self._pushes[seq.seq_id] = self._spawn(self._push_blocks(self._tier, tuple(new)))
+
+    async def _push_blocks(self, tier: SimTier, hashes: tuple[int, ...]) -> None:
+        if await tier.push(hashes):
+            self._hub.publish(
+                KVEvent(self._config.worker_id, EventType.STORED, Tier.DRAM, hashes, self._wall_clock())
+            )
 
     def load(self) -> LoadInfo:
         s = self._scheduler
@@ -136,7 +181,12 @@ class SimEngine:
                 await self._task
             self._task = None
         self._scheduler.abort_all()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._hub.close()
+        if self._tier is not None:
+            await self._tier.aclose()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -155,7 +205,7 @@ class SimEngine:
 class SimStream:
     """One request's chunks; ``aclose`` aborts the sequence unless it finished."""
 
-    __slots__ = ("_finished", "_queue", "_scheduler", "_seq", "_wake")
+    __slots__ = ("_finished", "_pushes", "_queue", "_scheduler", "_seq", "_wake")
 
     def __init__(
         self,
@@ -163,11 +213,13 @@ class SimStream:
         seq: SimSequence,
         queue: asyncio.Queue[GenerationChunk],
         wake: asyncio.Event,
+        pushes: dict[str, asyncio.Task[None]] | None = None,
     ) -> None:
         self._scheduler = scheduler
         self._seq = seq
         self._queue = queue
         self._wake = wake
+        self._pushes = pushes
         self._finished = False
 
     def __aiter__(self) -> SimStream:
@@ -179,10 +231,15 @@ class SimStream:
         chunk = await self._queue.get()
         if chunk.finish_reason is not None:
             self._finished = True
+            push = self._pushes.pop(self._seq.seq_id, None) if self._pushes is not None else None
+            if push is not None:
+                await asyncio.wait((push,))  # the answer means "your KV is in the tier"
         return chunk
 
     async def aclose(self) -> None:
         self._finished = True
+        if self._pushes is not None:
+            self._pushes.pop(self._seq.seq_id, None)
         if not self._seq.is_done:
             self._scheduler.abort(self._seq)
             self._wake.set()

@@ -8,6 +8,10 @@ from one asyncio loop. The model, per step:
 * Prefill is one FIFO server of ``prefill_tps`` uncached prompt tokens per second shared by all requests
   (batched prefill keeps the aggregate rate); cached leading blocks cost nothing. The first token comes out
   when a sequence's prefill ends.
+* Tier pulls (with a ``SimTier``): leading blocks missing locally but present in the shared tier are
+  pulled when ``workers.kvtier.planner.plan_pull`` says pulling beats recomputing; the pull overlaps the
+  wait for the prefill server and counts as cached tokens. ``on_prefilled`` is told when a prompt's KV is
+  complete (the engine pushes its blocks then).
 * Decode gives every running sequence ``decode_tps`` tokens per second, independent of the batch size.
   A late step emits all tokens that fell due, so the rate holds under load.
 """
@@ -21,13 +25,18 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gateway.kvcontract.hashing import chain_hashes, root_hash
 from workers.engine.block_manager import BlockManager
 from workers.engine_api import ContextTooLongError, FinishReason, GenerationChunk, GenerationRequest
+from workers.kvtier.planner import PullRates, PullRequest, plan_pull
 from workers.sim.text import TextStream, WordBook
+
+if TYPE_CHECKING:
+    from workers.sim.tier import PullCost
 
 Deliver = Callable[[GenerationChunk], None]
 
@@ -73,6 +82,7 @@ class SimSequence:
         "target_reason",
         "text",
         "text_held",
+        "tier_blocks",
         "tokens",
     )
 
@@ -88,6 +98,7 @@ class SimSequence:
         self.tokens = list(request.prompt_token_ids)
         self.phase = _Phase.WAITING
         self.num_cached_tokens = 0
+        self.tier_blocks = 0  # leading prompt blocks the shared tier held when the request arrived
         self.num_output = 0
         self.reserved = 0
         sampling = request.sampling
@@ -110,10 +121,23 @@ class SimScheduler:
         timing: rates and limits.
         book: the output vocabulary.
         model: the model id (hash root).
+        pull_cost: the shared tier's modelled pull cost (None: no tier).
+        on_prefilled: called when a sequence's prompt KV is complete.
     """
 
-    def __init__(self, blocks: BlockManager, timing: SimTiming, book: WordBook, model: str) -> None:
+    def __init__(
+        self,
+        blocks: BlockManager,
+        timing: SimTiming,
+        book: WordBook,
+        model: str,
+        *,
+        pull_cost: PullCost | None = None,
+        on_prefilled: Callable[[SimSequence], None] | None = None,
+    ) -> None:
         self.blocks = blocks
+        self._pull_cost = pull_cost
+        self._on_prefilled = on_prefilled
         self.timing = timing
         self._book = book
         self._model = model
@@ -134,8 +158,8 @@ class SimScheduler:
     def num_waiting(self) -> int:
         return self._num_waiting
 
-    def submit(self, request: GenerationRequest, deliver: Deliver) -> SimSequence:
-        """Validate and queue a request.
+    def submit(self, request: GenerationRequest, deliver: Deliver, *, hold: bool = False) -> SimSequence:
+        """Validate and queue a request (``hold``: count it as waiting, admit it only after ``release``).
 
         Raises:
             ContextTooLongError: prompt plus output exceed the context or the whole KV pool.
@@ -160,10 +184,17 @@ class SimScheduler:
         seq.hashes = chain_hashes(tokens, root, self.blocks.block_size)
         if self.blocks.blocks_for(n + seq.target) > self.blocks.num_total_blocks:
             raise ContextTooLongError(f"the request needs more KV than this worker holds ({total} tokens)")
-        self._waiting.append(seq)
+        if not hold:
+            self._waiting.append(seq)
         self._num_waiting += 1
         self._live[seq.seq_id] = seq
         return seq
+
+    def release(self, seq: SimSequence, tier_blocks: int) -> None:
+        """Queue a held sequence, knowing that the tier holds its first ``tier_blocks`` blocks."""
+        if not seq.is_done:
+            seq.tier_blocks = tier_blocks
+            self._waiting.append(seq)
 
     def abort(self, seq: SimSequence) -> None:
         """Drop a sequence wherever it is; its blocks are freed (cached ones stay findable)."""
@@ -220,15 +251,29 @@ class SimScheduler:
             seq.reserved = growth
             self._reserved += growth
             hit = blocks.allocate(seq.seq_id, n, seq.hashes, seq.root)
-            seq.num_cached_tokens = hit * blocks.block_size
+            pulled, pull_s = self._plan_pull(seq, hit)
+            seq.num_cached_tokens = (hit + pulled) * blocks.block_size
             start = max(now, self._prefill_free_at)
             self._prefill_free_at = start + (n - seq.num_cached_tokens) / self.timing.prefill_tps
             seq.phase = _Phase.PREFILL
-            heapq.heappush(self._events, (self._prefill_free_at, next(self._counter), seq))
+            due = max(self._prefill_free_at, now + pull_s)  # the pull overlaps the wait for the server
+            heapq.heappush(self._events, (due, next(self._counter), seq))
+
+    def _plan_pull(self, seq: SimSequence, local_hit: int) -> tuple[int, float]:
+        """(blocks pulled from the tier after the local hit, seconds the pull takes)."""
+        cost = self._pull_cost
+        if cost is None or seq.tier_blocks <= local_hit:
+            return 0, 0.0
+        bs = self.blocks.block_size
+        req = PullRequest(len(seq.tokens), bs, local_hit, seq.tier_blocks - local_hit, cost.block_bytes)
+        plan = plan_pull(req, PullRates(cost.bytes_per_s, cost.latency_s, self.timing.prefill_tps))
+        return plan.num_blocks, cost.seconds(plan.num_blocks)
 
     def _finish_prefill(self, seq: SimSequence, due: float, now: float) -> None:
         self.blocks.commit(seq.seq_id, seq.tokens)
         seq.phase = _Phase.DECODE
+        if self._on_prefilled is not None:
+            self._on_prefilled(seq)
         self._emit(seq, 1)
         if not seq.is_done:
             self._schedule_decode(seq, due, now)

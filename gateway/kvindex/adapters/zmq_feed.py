@@ -60,7 +60,7 @@ async def run_zmq_feed(
             _note_seq(frames, counters)
             try:
                 events = translator.translate(decode(frames[-1]))
-            except EventDecodeError as exc:
+            except (EventDecodeError, ValueError, TypeError) as exc:
                 counters.num_bad_batches += 1
                 logger.warning("bad KV event batch from %s: %s", endpoint, exc)
                 continue

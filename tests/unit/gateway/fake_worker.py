@@ -22,7 +22,7 @@ class FakeWorker:
     model: str = "fake-model"
     mode: str = "ok"  # ok | 503 | hang | die_mid_stream | stall_mid_stream | slow_stream
     chunks: int = 3
-    port: int = 0
+    port: int = field(default_factory=free_port)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     cancelled: int = 0
     finished: int = 0
@@ -45,10 +45,19 @@ def _completion(worker: FakeWorker, body: dict[str, Any]) -> dict[str, Any]:
         "id": "cmpl-1",
         "object": "chat.completion",
         "model": body.get("model"),
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": f"hi from {worker.name}"},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8,
-                  "prompt_tokens_details": {"cached_tokens": 4}},
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": f"hi from {worker.name}"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 5,
+            "completion_tokens": 3,
+            "total_tokens": 8,
+            "prompt_tokens_details": {"cached_tokens": 4},
+        },
         "echo": {k: v for k, v in body.items() if k not in ("messages", "prompt")},
     }
 
@@ -72,8 +81,14 @@ async def _stream(worker: FakeWorker, request: web.Request, body: dict[str, Any]
                 await asyncio.sleep(3600)
             if worker.mode == "slow_stream":
                 await asyncio.sleep(0.05)
-        usage = {"usage": {"prompt_tokens": 5, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}},
-                 "choices": []}
+        usage = {
+            "usage": {
+                "prompt_tokens": 5,
+                "completion_tokens": 3,
+                "prompt_tokens_details": {"cached_tokens": 4},
+            },
+            "choices": [],
+        }
         if (body.get("stream_options") or {}).get("include_usage"):
             await resp.write(b"data: " + orjson.dumps(usage) + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
@@ -90,7 +105,9 @@ def make_app(worker: FakeWorker) -> web.Application:
         body = orjson.loads(await request.read())
         worker.bodies.append(body)
         if worker.mode == "503":
-            return web.Response(status=503, body=b'{"error":{"message":"busy"}}', content_type="application/json")
+            return web.Response(
+                status=503, body=b'{"error":{"message":"busy"}}', content_type="application/json"
+            )
         if worker.mode == "hang":
             await asyncio.sleep(3600)
         if body.get("stream"):
@@ -123,7 +140,6 @@ async def running(*workers: FakeWorker) -> AsyncIterator[tuple[FakeWorker, ...]]
     """Serve each fake worker on a free loopback port for the duration of the context."""
     try:
         for worker in workers:
-            worker.port = worker.port or free_port()
             worker.runner = web.AppRunner(make_app(worker), handle_signals=False, shutdown_timeout=0.1)
             await worker.runner.setup()
             await web.TCPSite(worker.runner, "127.0.0.1", worker.port).start()

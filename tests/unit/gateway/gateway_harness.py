@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
@@ -46,3 +46,10 @@ async def serving(settings: Settings, overrides: DepsOverrides | None = None) ->
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 10)
+
+
+async def until(pred: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> None:
+    """Poll an async predicate until it holds; TimeoutError after ``timeout_s``."""
+    async with asyncio.timeout(timeout_s):
+        while not await pred():  # noqa: ASYNC110 - the deadline-bounded poll helper itself
+            await asyncio.sleep(0.02)

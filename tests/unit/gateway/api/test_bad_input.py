@@ -16,44 +16,113 @@ JSON = {"content-type": "application/json"}
 CASES = [
     ("malformed_json", "/v1/chat/completions", b"{not json", JSON, 400, None),
     ("not_an_object", "/v1/chat/completions", b"[1,2]", JSON, 400, None),
-    ("missing_model", "/v1/chat/completions", b'{"messages":[{"role":"user","content":"x"}]}', JSON, 400, "model"),
+    (
+        "missing_model",
+        "/v1/chat/completions",
+        b'{"messages":[{"role":"user","content":"x"}]}',
+        JSON,
+        400,
+        "model",
+    ),
     ("model_wrong_type", "/v1/chat/completions", b'{"model":5,"messages":[]}', JSON, 400, "model"),
     ("missing_messages", "/v1/chat/completions", b'{"model":"fake-model"}', JSON, 400, "messages"),
-    ("empty_messages", "/v1/chat/completions", b'{"model":"fake-model","messages":[]}', JSON, 400, "messages"),
-    ("message_not_object", "/v1/chat/completions", b'{"model":"fake-model","messages":["x"]}', JSON, 400,
-     "messages[0]"),
+    (
+        "empty_messages",
+        "/v1/chat/completions",
+        b'{"model":"fake-model","messages":[]}',
+        JSON,
+        400,
+        "messages",
+    ),
+    (
+        "message_not_object",
+        "/v1/chat/completions",
+        b'{"model":"fake-model","messages":["x"]}',
+        JSON,
+        400,
+        "messages[0]",
+    ),
     ("missing_prompt", "/v1/completions", b'{"model":"fake-model"}', JSON, 400, "prompt"),
     ("prompt_wrong_type", "/v1/completions", b'{"model":"fake-model","prompt":{"a":1}}', JSON, 400, "prompt"),
-    ("negative_max_tokens", "/v1/chat/completions",
-     b'{"model":"fake-model","messages":[{"role":"user","content":"x"}],"max_tokens":-1}', JSON, 400, "max_tokens"),
-    ("absurd_max_tokens", "/v1/chat/completions",
-     b'{"model":"fake-model","messages":[{"role":"user","content":"x"}],"max_tokens":100000000000}', JSON, 400,
-     "max_tokens"),
-    ("max_tokens_string", "/v1/chat/completions",
-     b'{"model":"fake-model","messages":[{"role":"user","content":"x"}],"max_tokens":"5"}', JSON, 400,
-     "max_tokens"),
-    ("stream_not_bool", "/v1/chat/completions",
-     b'{"model":"fake-model","messages":[{"role":"user","content":"x"}],"stream":"yes"}', JSON, 400, "stream"),
-    ("temperature_string", "/v1/chat/completions",
-     b'{"model":"fake-model","messages":[{"role":"user","content":"x"}],"temperature":"hot"}', JSON, 400,
-     "temperature"),
-    ("too_large", "/v1/chat/completions", b'{"model":"fake-model","pad":"' + b"x" * 5000 + b'"}', JSON, 413, None),
+    (
+        "negative_max_tokens",
+        "/v1/chat/completions",
+        b'{"model":"fake-model","messages":[{"role":"user","content":"x"}],"max_tokens":-1}',
+        JSON,
+        400,
+        "max_tokens",
+    ),
+    (
+        "absurd_max_tokens",
+        "/v1/chat/completions",
+        b'{"model":"fake-model","messages":[{"role":"user","content":"x"}],"max_tokens":100000000000}',
+        JSON,
+        400,
+        "max_tokens",
+    ),
+    (
+        "max_tokens_string",
+        "/v1/chat/completions",
+        b'{"model":"fake-model","messages":[{"role":"user","content":"x"}],"max_tokens":"5"}',
+        JSON,
+        400,
+        "max_tokens",
+    ),
+    (
+        "stream_not_bool",
+        "/v1/chat/completions",
+        b'{"model":"fake-model","messages":[{"role":"user","content":"x"}],"stream":"yes"}',
+        JSON,
+        400,
+        "stream",
+    ),
+    (
+        "temperature_string",
+        "/v1/chat/completions",
+        b'{"model":"fake-model","messages":[{"role":"user","content":"x"}],"temperature":"hot"}',
+        JSON,
+        400,
+        "temperature",
+    ),
+    (
+        "too_large",
+        "/v1/chat/completions",
+        b'{"model":"fake-model","pad":"' + b"x" * 5000 + b'"}',
+        JSON,
+        413,
+        None,
+    ),
     ("wrong_content_type", "/v1/chat/completions", b"model=x", {"content-type": "text/plain"}, 415, None),
-    ("unknown_model", "/v1/chat/completions", b'{"model":"nope","messages":[{"role":"user","content":"x"}]}', JSON,
-     404, "model"),
+    (
+        "unknown_model",
+        "/v1/chat/completions",
+        b'{"model":"nope","messages":[{"role":"user","content":"x"}]}',
+        JSON,
+        404,
+        "model",
+    ),
 ]
 
 
 @pytest.fixture
 async def gateway() -> AsyncIterator[tuple[str, FakeWorker]]:
-    async with running(FakeWorker("a")) as (worker,), serving(settings_for(worker.url, max_body_bytes=4096)) as base:
+    async with (
+        running(FakeWorker("a")) as (worker,),
+        serving(settings_for(worker.url, max_body_bytes=4096)) as base,
+    ):
         yield base, worker
 
 
-@pytest.mark.parametrize(("path", "body", "headers", "status", "param"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("path", "body", "headers", "status", "param"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 async def test_bad_input_gets_openai_error(
-    gateway: tuple[str, FakeWorker], path: str, body: bytes, headers: dict[str, str], status: int, param: str | None
+    gateway: tuple[str, FakeWorker],
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    status: int,
+    param: str | None,
 ) -> None:
     base, worker = gateway
     async with httpx.AsyncClient() as client:
@@ -91,7 +160,9 @@ async def test_unknown_path_and_method_use_openai_shape(gateway: tuple[str, Fake
     assert wrong_method.json()["error"]["code"] == "method_not_allowed"
 
 
-@pytest.mark.parametrize("prompt", ["text", ["a", "b"], [1, 2, 3], [[1, 2], [3]]], ids=["str", "strs", "ids", "idss"])
+@pytest.mark.parametrize(
+    "prompt", ["text", ["a", "b"], [1, 2, 3], [[1, 2], [3]]], ids=["str", "strs", "ids", "idss"]
+)
 async def test_completion_prompt_forms_are_accepted(gateway: tuple[str, FakeWorker], prompt: object) -> None:
     base, worker = gateway
     async with httpx.AsyncClient() as client:

@@ -83,8 +83,11 @@ def test_eviction_calls_metric_hook_with_counts():
     index.apply(stored("a", range(150)))
     assert sum(evicted) == 50
     assert index.num_blocks() == 100
-    # The oldest went first: the prompt's head is gone, its tail is still there.
-    assert index.longest_prefix(list(range(50, 150)), ["a"])["a"].gpu_blocks == 100
+    # Within one event the chain's tail is older than its head: eviction shortens the match.
+    assert index.longest_prefix(list(range(150)), ["a"])["a"].gpu_blocks == 100
+    index.apply(stored("b", range(1000, 1100)))  # a newer chain pushes the older one out entirely
+    assert index.longest_prefix(list(range(150)), ["a"])["a"].gpu_blocks == 0
+    assert index.longest_prefix(list(range(1000, 1100)), ["b"])["b"].gpu_blocks == 100
 
 
 def test_churn_of_a_million_blocks_stays_within_budget():

@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 import orjson
 import pytest
 
 from gateway.settings import Timeouts
 from tests.unit.gateway.fake_worker import FakeWorker, running
-from tests.unit.gateway.gateway_harness import serving, settings_for
+from tests.unit.gateway.gateway_harness import serving, settings_for, until
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hello"}]}
 
 
 async def test_forwards_original_body_and_annotates_response() -> None:
     body = {**CHAT, "tools": [{"type": "function", "function": {"name": "f"}}], "seed": 7, "logprobs": True}
-    async with running(FakeWorker("a")) as (a,), serving(settings_for(a.url)) as base:
-        async with httpx.AsyncClient() as client:
-            resp = await client.post(f"{base}/v1/chat/completions", json=body)
+    async with (
+        running(FakeWorker("a")) as (a,),
+        serving(settings_for(a.url)) as base,
+        httpx.AsyncClient() as client,
+    ):
+        resp = await client.post(f"{base}/v1/chat/completions", json=body)
     assert resp.status_code == 200
     assert resp.headers["x-kvgate-worker"] == f"127.0.0.1:{a.port}"
     assert resp.headers["x-kvgate-prefix-hit"] == "0"
@@ -28,10 +29,15 @@ async def test_forwards_original_body_and_annotates_response() -> None:
 
 
 async def test_round_robin_spreads_over_workers() -> None:
-    async with running(FakeWorker("a"), FakeWorker("b")) as (a, b), serving(settings_for(a.url, b.url)) as base:
-        async with httpx.AsyncClient() as client:
-            seen = {(await client.post(f"{base}/v1/chat/completions", json=CHAT)).headers["x-kvgate-worker"]
-                    for _ in range(4)}
+    async with (
+        running(FakeWorker("a"), FakeWorker("b")) as (a, b),
+        serving(settings_for(a.url, b.url)) as base,
+        httpx.AsyncClient() as client,
+    ):
+        seen = {
+            (await client.post(f"{base}/v1/chat/completions", json=CHAT)).headers["x-kvgate-worker"]
+            for _ in range(4)
+        }
     assert len(seen) == 2
 
 
@@ -39,46 +45,49 @@ async def test_round_robin_spreads_over_workers() -> None:
 async def test_failing_worker_is_retried_elsewhere(mode: str) -> None:
     bad, good = FakeWorker("bad", mode=mode), FakeWorker("good")
     fast = Timeouts(connect_s=1.0, ttfb_s=0.3, idle_s=0.5)
-    async with running(bad, good), serving(settings_for(bad.url, good.url, timeouts=fast)) as base:
-        async with httpx.AsyncClient(timeout=10) as client:
-            for _ in range(4):
-                resp = await client.post(f"{base}/v1/chat/completions", json=CHAT)
-                assert resp.status_code == 200
-                assert resp.headers["x-kvgate-worker"] == f"127.0.0.1:{good.port}"
-            metrics = (await client.get(f"{base}/metrics")).text
+    async with (
+        running(bad, good),
+        serving(settings_for(bad.url, good.url, timeouts=fast)) as base,
+        httpx.AsyncClient(timeout=10) as client,
+    ):
+        for _ in range(4):
+            resp = await client.post(f"{base}/v1/chat/completions", json=CHAT)
+            assert resp.status_code == 200
+            assert resp.headers["x-kvgate-worker"] == f"127.0.0.1:{good.port}"
+        metrics = (await client.get(f"{base}/metrics")).text
     assert "kvgate_retries_total" in metrics
 
 
 async def test_refused_connection_is_retried_elsewhere() -> None:
     gone, good = FakeWorker("gone"), FakeWorker("good")
-    async with running(gone, good):
-        # Health checks too rare to notice: the proxy itself meets the refused connections.
-        async with serving(settings_for(gone.url, good.url, health_interval_s=60)) as base:
-            await gone.stop()
-            async with httpx.AsyncClient() as client:
-                statuses = [(await client.post(f"{base}/v1/chat/completions", json=CHAT)).status_code
-                            for _ in range(4)]
-                workers = (await client.get(f"{base}/admin/workers")).json()["workers"]
+    # Health checks too rare to notice: the proxy itself meets the refused connections.
+    settings = settings_for(gone.url, good.url, health_interval_s=60)
+    async with running(gone, good), serving(settings) as base, httpx.AsyncClient() as client:
+        await gone.stop()
+        statuses = [
+            (await client.post(f"{base}/v1/chat/completions", json=CHAT)).status_code for _ in range(4)
+        ]
     assert statuses == [200] * 4
     assert good.finished == 4
 
 
 async def test_all_workers_failing_gives_openai_error() -> None:
     bad = FakeWorker("bad", mode="503")
-    async with running(bad), serving(settings_for(bad.url)) as base:
-        async with httpx.AsyncClient() as client:
-            resp = await client.post(f"{base}/v1/chat/completions", json=CHAT)
+    async with running(bad), serving(settings_for(bad.url)) as base, httpx.AsyncClient() as client:
+        resp = await client.post(f"{base}/v1/chat/completions", json=CHAT)
     assert resp.status_code == 502
     assert resp.json()["error"]["code"] == "worker_unavailable"
 
 
 async def test_stream_relays_bytes_and_usage() -> None:
     body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
-    async with running(FakeWorker("a")) as (a,), serving(settings_for(a.url)) as base:
-        async with httpx.AsyncClient() as client, client.stream(
-            "POST", f"{base}/v1/chat/completions", json=body
-        ) as resp:
-            raw = b"".join([c async for c in resp.aiter_bytes()])
+    async with (
+        running(FakeWorker("a")) as (a,),
+        serving(settings_for(a.url)) as base,
+        httpx.AsyncClient() as client,
+        client.stream("POST", f"{base}/v1/chat/completions", json=body) as resp,
+    ):
+        raw = b"".join([c async for c in resp.aiter_bytes()])
     assert resp.headers["content-type"].startswith("text/event-stream")
     assert resp.headers["x-kvgate-worker"] == f"127.0.0.1:{a.port}"
     assert raw.count(b'"content":"tok') == 3
@@ -86,18 +95,21 @@ async def test_stream_relays_bytes_and_usage() -> None:
     assert raw.endswith(b"data: [DONE]\n\n")
 
 
-@pytest.mark.parametrize(("mode", "code"), [("die_mid_stream", "worker_unavailable"),
-                                            ("stall_mid_stream", "worker_timeout")])
+@pytest.mark.parametrize(
+    ("mode", "code"), [("die_mid_stream", "worker_unavailable"), ("stall_mid_stream", "worker_timeout")]
+)
 async def test_worker_failing_mid_stream_ends_with_error_event(mode: str, code: str) -> None:
     body = {**CHAT, "stream": True}
-    async with running(FakeWorker("a", mode=mode)) as (a,), serving(settings_for(a.url)) as base:
-        async with httpx.AsyncClient(timeout=10) as client, client.stream(
-            "POST", f"{base}/v1/chat/completions", json=body
-        ) as resp:
-            raw = b"".join([c async for c in resp.aiter_bytes()])
+    async with (
+        running(FakeWorker("a", mode=mode)) as (a,),
+        serving(settings_for(a.url)) as base,
+        httpx.AsyncClient(timeout=10) as client,
+        client.stream("POST", f"{base}/v1/chat/completions", json=body) as resp,
+    ):
+        raw = b"".join([c async for c in resp.aiter_bytes()])
     frames = [f for f in raw.split(b"\n\n") if f]
     assert frames[-1] == b"data: [DONE]"
-    error = orjson.loads(frames[-2][len(b"data: "):])["error"]
+    error = orjson.loads(frames[-2][len(b"data: ") :])["error"]
     assert error["code"] == code
     assert set(error) == {"message", "type", "param", "code"}
 
@@ -105,14 +117,18 @@ async def test_worker_failing_mid_stream_ends_with_error_event(mode: str, code: 
 async def test_client_disconnect_cancels_upstream_and_releases_load() -> None:
     worker = FakeWorker("a", mode="slow_stream", chunks=200)
     body = {**CHAT, "stream": True}
-    async with running(worker), serving(settings_for(worker.url)) as base:
-        async with httpx.AsyncClient() as client:
-            async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as resp:
-                async for _chunk in resp.aiter_bytes():
-                    break
-            async with asyncio.timeout(5):
-                while worker.cancelled == 0:
-                    await asyncio.sleep(0.02)
-                while (await client.get(f"{base}/admin/workers")).json()["workers"][0]["inflight"] != 0:
-                    await asyncio.sleep(0.02)
+    async with running(worker), serving(settings_for(worker.url)) as base, httpx.AsyncClient() as client:
+        async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as resp:
+            async for _chunk in resp.aiter_bytes():
+                break
+        await until(lambda: _true(worker.cancelled == 1))
+        await until(lambda: _inflight_is(client, base, 0))
     assert worker.finished == 0
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _inflight_is(client: httpx.AsyncClient, base: str, num: int) -> bool:
+    return int((await client.get(f"{base}/admin/workers")).json()["workers"][0]["inflight"]) == num

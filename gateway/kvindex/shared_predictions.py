@@ -1,0 +1,78 @@
+"""Routing predictions shared between gateway replicas (``redis://`` state).
+
+A replica's ``record_routed`` is applied to its local index at once and also queued for the Redis stream
+``kvgate:routed``; the other replicas apply it as their own prediction (same short TTL, counted from when
+they receive it). A burst of sibling requests spread over N replicas by a load balancer then lands on one
+worker, as it would through one gateway, before any ``stored`` event exists. Predictions are ephemeral: a
+lost batch (Redis down) costs nothing but that hint. The publishing side is in ``relay.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final
+
+import orjson
+
+from gateway.kvcontract.events import EventDecodeError, KVEvent
+from gateway.kvindex.index import KVIndex, PrefixHit
+
+ROUTED_STREAM: Final = "kvgate:routed"
+
+Routed = tuple[str, tuple[int, ...]]
+
+
+def encode_routed(replica: str, items: Sequence[Routed]) -> bytes:
+    """``{"r": replica, "p": [[worker, [hashes...]], ...]}``."""
+    return orjson.dumps({"r": replica, "p": [[w, list(h)] for w, h in items]})
+
+
+def decode_routed(data: bytes) -> tuple[str, list[Routed]]:
+    """Inverse of ``encode_routed``.
+
+    Raises:
+        EventDecodeError: not that shape.
+    """
+    try:
+        obj = orjson.loads(data)
+        replica, items = obj["r"], obj["p"]
+        out = [(str(w), tuple(int(h) for h in hashes)) for w, hashes in items]
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise EventDecodeError(f"bad routed entry: {exc}") from exc
+    if not isinstance(replica, str):
+        raise EventDecodeError("bad routed entry: replica must be a string")
+    return replica, out
+
+
+class ReplicatedKVIndex:
+    """A local ``KVIndex`` whose ``record_routed`` calls are also handed to ``share`` (for other replicas).
+
+    Every other method delegates to the local index unchanged; lookups never touch Redis.
+    """
+
+    __slots__ = ("_share", "local")
+
+    def __init__(self, local: KVIndex, share: Callable[[str, Sequence[int]], None]) -> None:
+        self.local = local
+        self._share = share
+
+    def apply(self, event: KVEvent) -> None:
+        self.local.apply(event)
+
+    def record_routed(self, worker: str, hashes: Sequence[int]) -> None:
+        self.local.record_routed(worker, hashes)
+        if hashes:
+            self._share(worker, hashes)
+
+    def record_remote(self, worker: str, hashes: Sequence[int]) -> None:
+        """Apply another replica's prediction (not shared again)."""
+        self.local.record_routed(worker, hashes)
+
+    def longest_prefix(self, hashes: Sequence[int], workers: Iterable[str]) -> Mapping[str, PrefixHit]:
+        return self.local.longest_prefix(hashes, workers)
+
+    def remove_worker(self, worker: str) -> None:
+        self.local.remove_worker(worker)
+
+    def num_blocks(self) -> int:
+        return self.local.num_blocks()

@@ -1,0 +1,133 @@
+"""Prefill/decode disaggregation: the gateway's half of the PD protocol.
+
+The protocol (when the policy's ``Decision`` names a ``prefill_worker``; otherwise the decode worker
+serves the request alone, exactly as without PD):
+
+1. **Prefill.** The gateway POSTs the client's body to the prefill worker's same endpoint, with
+   ``max_tokens: 1`` and ``stream: false`` (``stream_options``, ``max_completion_tokens``, ``n`` and
+   ``logprobs``-style fields dropped) and the header ``x-kvgate-pd: prefill``. The worker computes the
+   prompt's KV, pushes the prompt's full blocks to the shared tier and answers only once that push is
+   durable (acknowledged by the tier), so the decode worker will find them. The answer's body is
+   discarded; only its status matters.
+2. **Decode.** The gateway then forwards the client's original bytes to the decode worker with the header
+   ``x-kvgate-pd: decode``. On a local prefix miss the worker pulls the blocks the tier holds, loads them
+   into its cache and computes only the rest, then streams (or returns) the answer, which the gateway
+   relays to the client unchanged.
+3. **Failure.** A prefill that fails (connection error, timeout, non-200) never fails the request: the
+   gateway logs it, counts a failure on the prefill worker's breaker and sends the request to the decode
+   worker anyway, without the prefill header (decode-only). The decode attempt is retried like any
+   request.
+4. **Usage.** The client sees the decode worker's usage: ``prompt_tokens`` is the whole prompt,
+   ``prompt_tokens_details.cached_tokens`` the prompt tokens the decode worker did not compute (its own
+   cache hits plus blocks pulled from the tier) and ``completion_tokens`` the decode worker's output. The
+   prefill worker's one token is never counted.
+5. **Headers.** The response carries ``x-kvgate-worker`` = the decode worker and
+   ``x-kvgate-prefill-worker`` = the prefill worker (absent when no prefill ran or it failed).
+6. **Load.** The prefill worker's in-flight accounting holds the prompt's tokens for the prefill call's
+   duration; the decode worker's is held by the proxy as for any request.
+
+This module owns step 1 and 3 (``PrefillRunner``); the proxy calls it between routing and forwarding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import aiohttp
+import orjson
+
+from gateway.fleet.registry import WorkerRecord
+from gateway.state.protocols import LoadBoard
+
+logger = logging.getLogger(__name__)
+
+PD_HEADER: Final = "x-kvgate-pd"
+PREFILL_WORKER_HEADER: Final = b"x-kvgate-prefill-worker"
+PREFILL_HEADERS: Final = {"Content-Type": "application/json", PD_HEADER: "prefill"}
+DECODE_HEADERS: Final = {"Content-Type": "application/json", PD_HEADER: "decode"}
+_DROPPED: Final = ("stream_options", "max_completion_tokens", "n", "logprobs", "top_logprobs", "best_of")
+
+
+def prefill_body(body: Mapping[str, Any]) -> bytes:
+    """The prefill request's body: the client's, asking for one token, not streamed."""
+    out = {k: v for k, v in body.items() if k not in _DROPPED}
+    out["max_tokens"] = 1
+    out["stream"] = False
+    return orjson.dumps(out)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillOutcome:
+    """How a prefill call ended.
+
+    Attributes:
+        ok: the prefill worker answered 200 (its blocks are in the tier).
+        worker: the prefill worker's id.
+        seconds: how long the call took.
+        reason: why it failed ("" when ok).
+    """
+
+    ok: bool
+    worker: str
+    seconds: float
+    reason: str = ""
+
+
+class PrefillRunner:
+    """Runs the prefill step of a PD request.
+
+    Args:
+        session: the proxy's pooled upstream client.
+        load: in-flight accounting (the prefill worker holds the prompt's tokens during the call).
+        timeout_s: deadline of the whole prefill call (a prefill slower than this falls back).
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession,
+        load: LoadBoard,
+        timeout_s: float,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError("the prefill timeout must be > 0")
+        self._session = session
+        self._load = load
+        self._timeout_s = timeout_s
+        self._clock = clock
+
+    async def run(self, record: WorkerRecord, path: str, body: bytes, prompt_tokens: int) -> PrefillOutcome:
+        """POST the prefill request to ``record``; never raises for an upstream failure."""
+        tokens = max(1, prompt_tokens)
+        self._load.acquire(record.id, tokens)
+        start = self._clock()
+        try:
+            reason = await self._call(record.url + path, body)
+        finally:
+            self._load.release(record.id, tokens)
+        seconds = self._clock() - start
+        if reason:
+            record.breaker.record_failure()
+            logger.warning("PD prefill failed; decoding alone", extra={"worker": record.id, "reason": reason})
+            return PrefillOutcome(False, record.id, seconds, reason)
+        record.breaker.record_success()
+        return PrefillOutcome(True, record.id, seconds)
+
+    async def _call(self, url: str, body: bytes) -> str:
+        """The failure's reason, or an empty string on success."""
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                async with self._session.post(url, data=body, headers=PREFILL_HEADERS) as resp:
+                    await resp.read()
+                    return "" if resp.status == 200 else f"status {resp.status}"
+        except TimeoutError:
+            return "timeout"
+        except (aiohttp.ClientError, OSError) as exc:
+            return f"connect: {exc!r}"

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from gateway.kvindex.approximate import ApproximateIndexConfig, ApproximateKVIndex
+from gateway.kvindex.memory import MemoryKVIndex
+from gateway.kvindex.service import KVServiceConfig, open_kv_service
+
+
+async def test_memory_state_gives_a_precise_index_that_is_not_degraded():
+    async with (
+        httpx.AsyncClient() as client,
+        open_kv_service(state_url="memory", block_size=16, client=client) as kv,
+    ):
+        assert isinstance(kv.index, MemoryKVIndex)
+        assert not kv.degraded
+
+
+async def test_approximate_mode_needs_no_feeds():
+    config = KVServiceConfig(approximate=ApproximateIndexConfig(capacity_blocks=8, ttl_s=60))
+    async with (
+        httpx.AsyncClient() as client,
+        open_kv_service(state_url="memory", block_size=16, client=client, config=config) as kv,
+    ):
+        assert isinstance(kv.index, ApproximateKVIndex)
+        kv.add_worker("a", "http://127.0.0.1:1")  # no events to follow: nothing is started
+        assert kv.workers == {}
+        kv.index.record_routed("a", [1, 2])
+        assert kv.index.longest_prefix([1, 2], ["a"])["a"].gpu_blocks == 2
+
+
+async def test_unknown_state_url_is_refused():
+    async with httpx.AsyncClient() as client:
+        with pytest.raises(ValueError, match="redis://"):
+            async with open_kv_service(state_url="etcd://x", block_size=16, client=client):
+                pass
