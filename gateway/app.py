@@ -12,10 +12,12 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from gateway.api import admin_routes, health_routes
 from gateway.api.errors import http_error_handler, kvgate_error_handler
@@ -28,10 +30,38 @@ from gateway.tokenize.analyzer import Endpoint
 logger = logging.getLogger(__name__)
 
 
-def _routes() -> list[Route]:
+class GatewayApp(Starlette):
+    """Starlette, plus a direct path for the two completion routes.
+
+    Those endpoints answer every error themselves (``CompletionEndpoint``), so the middleware stack and
+    route matching would only add per-request cost on the hot path; every other route goes through
+    Starlette as usual.
+    """
+
+    def __init__(self, *, fast_routes: dict[str, CompletionEndpoint], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._fast_routes = fast_routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self._fast_routes.get(scope["path"])
+            if endpoint is not None:
+                scope["app"] = self
+                await endpoint(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def _completion_routes() -> dict[str, CompletionEndpoint]:
+    return {
+        "/v1/chat/completions": CompletionEndpoint(Endpoint.CHAT),
+        "/v1/completions": CompletionEndpoint(Endpoint.COMPLETIONS),
+    }
+
+
+def _routes(fast: dict[str, CompletionEndpoint]) -> list[Route]:
     return [
-        Route("/v1/chat/completions", CompletionEndpoint(Endpoint.CHAT), methods=["POST"]),
-        Route("/v1/completions", CompletionEndpoint(Endpoint.COMPLETIONS), methods=["POST"]),
+        *(Route(path, endpoint, methods=["POST"]) for path, endpoint in fast.items()),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/health", health_routes.health, methods=["GET"]),
         Route("/ready", health_routes.ready, methods=["GET"]),
@@ -43,7 +73,7 @@ def _routes() -> list[Route]:
     ]
 
 
-def create_app(settings: Settings, deps: DepsOverrides | None = None) -> Starlette:
+def create_app(settings: Settings, deps: DepsOverrides | None = None) -> GatewayApp:
     """Build the gateway app; nothing starts until the ASGI lifespan runs.
 
     Args:
@@ -58,13 +88,19 @@ def create_app(settings: Settings, deps: DepsOverrides | None = None) -> Starlet
             await built.health.round()
             async with asyncio.TaskGroup() as tasks:
                 health = tasks.create_task(built.health.run(), name="health-checks")
+                if built.pools is not None:
+                    pools = tasks.create_task(built.pools.run(), name="role-pools")
                 try:
                     yield
                 finally:
                     health.cancel()
+                    if built.pools is not None:
+                        pools.cancel()
 
-    return Starlette(
-        routes=_routes(),
+    fast = _completion_routes()
+    return GatewayApp(
+        fast_routes=fast,
+        routes=_routes(fast),
         lifespan=lifespan,
         exception_handlers={
             KvgateError: kvgate_error_handler,

@@ -21,10 +21,12 @@ import httpx
 
 from gateway.errors import ConfigError
 from gateway.fleet.health import HealthChecker
+from gateway.fleet.pools import PoolBalancer, build_balancer
 from gateway.fleet.registry import Fleet, WorkerRecord
 from gateway.kvindex.index import KVIndex
 from gateway.observability.metrics import Metrics
 from gateway.proxy.forward import Proxy
+from gateway.proxy.h1 import H1Pool
 from gateway.proxy.upstream import open_upstream
 from gateway.routing.router import Router
 from gateway.settings import Settings
@@ -67,7 +69,7 @@ class Deps:
     settings: Settings
     state: State
     control: httpx.AsyncClient
-    upstream: aiohttp.ClientSession
+    upstream: H1Pool
     policy: Policy
     analyzer: PromptAnalyzer | None
     kv: KVService | None
@@ -76,6 +78,7 @@ class Deps:
     proxy: Proxy
     health: HealthChecker
     metrics: Metrics
+    pools: PoolBalancer | None = None  # PD role pools (``--role-pools``)
 
     def on_worker_added(self, record: WorkerRecord) -> None:
         """Start following a newly registered worker's KV events."""
@@ -157,8 +160,10 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         control = await stack.enter_async_context(
             httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=settings.timeouts.connect_s))
         )
-        upstream = await stack.enter_async_context(
-            open_upstream(pool_size=settings.upstream_pool_size, timeouts=settings.timeouts)
+        upstream = await stack.enter_async_context(open_upstream(timeouts=settings.timeouts))
+        # PD prefill calls (gateway.routing.pd) are off the hot path and use aiohttp.
+        prefill_session = await stack.enter_async_context(
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(sock_connect=settings.timeouts.connect_s))
         )
         policy = ov.policy or build_policy(settings, ov.clock)
         analyzer = ov.analyzer or await build_analyzer(settings, policy, control)
@@ -176,14 +181,23 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
             kv_index=kv.index if kv is not None else None, block_size=settings.block_size, metrics=metrics,
         )  # fmt: skip
         proxy = Proxy(
-            session=upstream, router=router, load=state.load, metrics=metrics, timeouts=settings.timeouts,
+            pool=upstream, session=prefill_session, router=router, load=state.load, metrics=metrics,
+            timeouts=settings.timeouts,
             retry=settings.retry, rng=random.Random(),
         )  # fmt: skip
         health = HealthChecker(
             fleet, control, state.load, interval_s=settings.health_interval_s,
             on_removed=kv.remove_worker if kv is not None else lambda _id: None,
         )  # fmt: skip
+        try:
+            pools = build_balancer(
+                settings.role_pools, disaggregates=bool(getattr(policy, "disaggregates", False)),
+                fleet=fleet, load=state.load, clock=ov.clock,
+            )  # fmt: skip
+        except ValueError as exc:
+            raise ConfigError(f"--role-pools: {exc}") from None
         yield Deps(
+            pools=pools,
             settings=settings, state=state, control=control, upstream=upstream, policy=policy,
             analyzer=analyzer, kv=kv, fleet=fleet, router=router, proxy=proxy, health=health, metrics=metrics,
         )  # fmt: skip

@@ -51,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--retries", type=int, default=2, help="retries on other workers before the first byte"
     )
     parser.add_argument("--health-interval-s", type=float, default=1.0, help="seconds between health probes")
+    parser.add_argument(
+        "--role-pools", default="auto",
+        help="PD role pools: auto (under a PD policy) | on | off | ratio=2,dwell_s=10,…",
+    )  # fmt: skip
     parser.add_argument("--log-level", default="warning", help="debug | info | warning | error")
 
 

@@ -73,7 +73,7 @@ class Settings:
     retry: RetrySettings = field(default_factory=RetrySettings)
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     health_interval_s: float = 1.0
-    upstream_pool_size: int = 10_000
+    role_pools: str = "auto"  # gateway.fleet.pools: off | auto (under a PD policy) | on | key=value,…
     log_level: str = "warning"
 
 
@@ -146,8 +146,19 @@ def from_args(args: argparse.Namespace) -> Settings:
         ),
         retry=RetrySettings(retries=args.retries),
         health_interval_s=_positive("health_interval_s", args.health_interval_s),
+        role_pools=_role_pools(getattr(args, "role_pools", "auto")),
         log_level=args.log_level,
     )
+
+
+def _role_pools(spec: str) -> str:
+    from gateway.fleet.pools import parse_pool_settings
+
+    try:
+        parse_pool_settings(spec)
+    except ValueError as exc:
+        raise ConfigError(f"--role-pools: {exc}") from None
+    return spec
 
 
 def _unique(specs: Sequence[WorkerSpec] | Any) -> tuple[WorkerSpec, ...]:

@@ -195,15 +195,30 @@ def _start_fleet(kind: str, num_workers: int, logs: Path) -> _Fleet:
         else:
             cmd = [py, "-m", "loadtest.bench_proxy", "--serve-mock", str(port)]
         procs.append(_spawn(cmd, logs / f"worker{i}.log"))
-    for port in ports:
-        _wait_http(f"http://127.0.0.1:{port}/health")
+    try:
+        for port in ports:
+            _wait_http(f"http://127.0.0.1:{port}/health")
+    except TimeoutError:
+        _stop(procs)
+        raise
     gw_port = _free_port()
     gw_cmd = [py, "-m", "gateway.cli", "gateway", "--port", str(gw_port), "--policy", "round_robin",
               "--tokenizer", "none", *[f"--worker=http://127.0.0.1:{p}" for p in ports]]  # fmt: skip
     gateway = _spawn(gw_cmd, logs / "gateway.log")
     procs.append(gateway)
-    _wait_http(f"http://127.0.0.1:{gw_port}/ready")
+    try:
+        _wait_http(f"http://127.0.0.1:{gw_port}/ready")
+    except TimeoutError:
+        _stop(procs)
+        raise
     return _Fleet(procs, ports, gateway, gw_port)
+
+
+def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(10)
 
 
 def _client(port: int, connections: int, duration_s: float, stream: bool) -> dict[str, float]:
@@ -257,10 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             rows = _bench(fleet, args.duration_s, args.connections)
         finally:
-            for proc in fleet.procs:
-                proc.terminate()
-            for proc in fleet.procs:
-                proc.wait(10)
+            _stop(fleet.procs)
     sys.stdout.write(
         f"gateway overhead, {args.num_workers} {args.workers} workers, {args.duration_s:g}s per cell, "
         f"{os.cpu_count()} CPUs\n"

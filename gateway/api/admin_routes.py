@@ -22,8 +22,10 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
 
-def _worker_json(record: WorkerRecord, inflight: int) -> dict[str, Any]:
+def _worker_json(record: WorkerRecord, inflight: int, pool: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One worker; ``pool``: its PD pool (role it serves now, why it last changed), when pools run."""
     return {
+        "pool": pool,
         "id": record.id,
         "url": record.url,
         "role": str(record.role),
@@ -41,7 +43,11 @@ def _worker_json(record: WorkerRecord, inflight: int) -> dict[str, Any]:
 
 async def list_workers(request: Request) -> Response:
     deps = deps_of(request.scope)
-    rows = [_worker_json(r, deps.state.load.get(r.id).inflight_requests) for r in deps.fleet]
+    pools = deps.pools
+    rows = [
+        _worker_json(r, deps.state.load.get(r.id).inflight_requests, pools.describe(r.id) if pools else None)
+        for r in deps.fleet
+    ]
     return _json({"workers": rows})
 
 

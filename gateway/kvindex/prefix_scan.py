@@ -7,6 +7,11 @@ C for the common part: ``map(dict.get)`` fetches the masks, ``itertools.accumula
 ``takewhile`` stops at the first block no worker holds. Because the running intersection only ever loses
 bits, it is non-increasing as an integer and each worker's count is found by a binary search over it.
 Tier continuation (``dram``/``ssd`` after the GPU match) is computed once per distinct GPU count.
+
+Why not a binary search over the prompt (chaining makes "block i cached" usually imply its ancestors are):
+a worker can hold a block whose ancestor it evicted, and then it cannot serve the block; a probe-based
+search would claim it. The exact scan costs O(longest match) C-level steps, measured by
+``loadtest/bench_index.py``.
 """
 
 from __future__ import annotations

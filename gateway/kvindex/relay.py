@@ -25,8 +25,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.kvcontract.events import KVEvent
-from gateway.kvindex.shared_predictions import ROUTED_STREAM, Routed, decode_routed, encode_routed
 from gateway.kvindex.consumers import BlocksSnapshot, EventsSink, FeedConfig, fetch_snapshot, run_worker_feed
+from gateway.kvindex.shared_predictions import ROUTED_STREAM, Routed, decode_routed, encode_routed
 from gateway.kvindex.stream import (
     StreamReader,
     claim_relay,

@@ -6,6 +6,7 @@
 - ``redis://…``: every replica keeps a local ``MemoryKVIndex`` (a lookup never waits on Redis), fed by the
   ``kvgate:events`` stream. One replica per worker (``stream.claim_relay``) relays the worker's SSE feed to
   the stream; each replica also takes a ``/kv/blocks`` snapshot at start so a restarted gateway rebuilds.
+  Routing predictions are shared between replicas too (``shared_predictions.py``).
   Redis down: ``degraded`` is set, a warning is logged once per interval, and every replica follows the
   workers' SSE feeds directly until Redis answers again; lookups go on from the local copy.
 
@@ -88,7 +89,8 @@ class KVService:
         tasks: asyncio.TaskGroup,
         backplane: RedisBackplane | None,
     ) -> None:
-        self.index = index
+        self.index: KVIndex = index
+        self.is_approximate = isinstance(index, ApproximateKVIndex)
         self.aliases = AliasMap()
         self._client = client
         self._feed = feed
@@ -117,7 +119,7 @@ class KVService:
                 translated to it once the worker's ``/kv/blocks`` has been read.
             url: the worker's base URL.
         """
-        if worker_id in self._workers or isinstance(self.index, ApproximateKVIndex):
+        if worker_id in self._workers or self.is_approximate:
             return
         if self._backplane is not None:
             coro = self._backplane.follow_worker(worker_id, url, self._local_sinks(worker_id))
@@ -261,13 +263,20 @@ async def open_kv_service(
                 service.index = ReplicatedKVIndex(local, backplane.note_routed)
                 service.attach(backplane)
                 await backplane.start(tasks)
+            # The caller's exception is held back until the task group has closed: raised inside it, it
+            # would come out wrapped in an ExceptionGroup and change the caller's error handling.
+            body_error: BaseException | None = None
             try:
                 yield service
+            except BaseException as exc:  # noqa: BLE001 - re-raised unchanged below
+                body_error = exc
             finally:
                 if backplane is not None:
                     backplane.stop()
                 for task in list(service.workers.values()):
                     task.cancel()
+        if body_error is not None:
+            raise body_error
     finally:
         if redis is not None:
             await redis.aclose()

@@ -21,24 +21,26 @@ from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
 from gateway.openai.sse import cached_tokens_of
 from gateway.proxy.failover import RetryableFailure, backoff_s
-from gateway.proxy.responses import JSON_TYPE, Receive, Send, proxied_headers, send_whole
+from gateway.proxy.h1 import H1Pool, Target
+from gateway.proxy.responses import Receive, Send, proxied_headers, send_whole
 from gateway.proxy.stream import Result, StreamRelay
-from gateway.routing.pd import PrefillRunner, prefill_body
+from gateway.routing.pd import PD_HEADER, PrefillRunner, prefill_body
 from gateway.routing.router import Routed, Router
 from gateway.settings import RetrySettings, Timeouts
 from gateway.state.protocols import LoadBoard
 from gateway.tokenize.analyzer import Endpoint
 from policies.api import RouteRequest
 
-_PATHS = {Endpoint.CHAT: "/v1/chat/completions", Endpoint.COMPLETIONS: "/v1/completions"}
-_JSON_HEADERS = {"Content-Type": "application/json"}
+_PATHS = {Endpoint.CHAT: b"/v1/chat/completions", Endpoint.COMPLETIONS: b"/v1/completions"}
+_PD_DECODE_HEADER = f"{PD_HEADER}: decode\r\n".encode()
 
 
 class Proxy:
     """Forwards OpenAI requests to the workers the router picks.
 
     Args:
-        session: the pooled upstream client.
+        pool: the pooled upstream client of the request path.
+        session: an aiohttp session for the PD prefill calls (``gateway.routing.pd``).
         router: chooses workers.
         load: in-flight accounting.
         metrics: request counters and timings.
@@ -52,6 +54,7 @@ class Proxy:
     def __init__(
         self,
         *,
+        pool: H1Pool,
         session: aiohttp.ClientSession,
         router: Router,
         load: LoadBoard,
@@ -62,7 +65,8 @@ class Proxy:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         prefill: PrefillRunner | None = None,
     ) -> None:
-        self._session = session
+        self._pool = pool
+        self._targets: dict[str, Target] = {}
         self._prefill = prefill or PrefillRunner(session=session, load=load, timeout_s=timeouts.ttfb_s)
         self._router = router
         self._load = load
@@ -71,7 +75,7 @@ class Proxy:
         self._retry = retry
         self._rng = rng
         self._sleep = sleep
-        self._relay = StreamRelay(session, timeouts)
+        self._relay = StreamRelay(pool, timeouts)
 
     async def handle(
         self, parsed: ParsedRequest, req: RouteRequest, raw: bytes, receive: Receive, send: Send
@@ -110,7 +114,7 @@ class Proxy:
         """PD step 1 (see ``gateway.routing.pd``): on failure, the decode worker serves alone."""
         assert routed.prefill is not None, "only called for a PD decision"
         body, tokens = prefill_body(parsed.body), routed.request.num_prompt_tokens
-        outcome = await self._prefill.run(routed.prefill, _PATHS[parsed.endpoint], body, tokens)
+        outcome = await self._prefill.run(routed.prefill, _PATHS[parsed.endpoint].decode(), body, tokens)
         self._metrics.stage("pd_prefill", outcome.seconds)
         return routed if outcome.ok else dataclasses.replace(routed, prefill=None)
 
@@ -119,7 +123,11 @@ class Proxy:
     ) -> None:
         worker = routed.record.id
         tokens = routed.request.num_prompt_tokens + (parsed.max_tokens or 0)
-        url = routed.record.url + _PATHS[parsed.endpoint]
+        target = self._targets.get(routed.record.url)
+        if target is None:
+            target = self._targets[routed.record.url] = Target.parse(routed.record.url)
+        extra = _PD_DECODE_HEADER if routed.prefill is not None else b""
+        request = target.post_request(_PATHS[parsed.endpoint], raw, extra)
         want_usage = self._router.wants_outcomes
         route = parsed.endpoint.value
         self._load.acquire(worker, tokens)
@@ -127,9 +135,11 @@ class Proxy:
         result = Result(502, ok=False)
         try:
             if parsed.stream:
-                result = await self._relay.relay(routed, url, raw, receive, send, want_usage=want_usage)
+                result = await self._relay.relay(
+                    routed, target, request, receive, send, want_usage=want_usage
+                )
             else:
-                result = await self._forward(routed, url, raw, send, want_usage)
+                result = await self._forward(routed, target, request, send, want_usage)
         finally:
             self._load.release(worker, tokens)
             latency_s = time.perf_counter() - start
@@ -140,30 +150,35 @@ class Proxy:
                 routed, ok=result.ok, cached_tokens=result.cached_tokens, latency_s=latency_s
             )
 
-    async def _forward(self, routed: Routed, url: str, raw: bytes, send: Send, want_usage: bool) -> Result:
+    async def _forward(
+        self, routed: Routed, target: Target, request: bytes, send: Send, want_usage: bool
+    ) -> Result:
         worker = routed.record.id
-        start = time.perf_counter()
+        conn = None
         try:
             async with asyncio.timeout(self._timeouts.ttfb_s):
-                async with self._session.post(url, data=raw, headers=routed.upstream_headers) as resp:
-                    body = await resp.read()
-                    status = resp.status
-                    ctype = resp.headers.get("Content-Type")
+                conn = await self._pool.post(target, request)
+                body = await conn.read_all()
         except TimeoutError:
             raise RetryableFailure(WorkerTimeout(f"worker {worker} timed out"), "timeout") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise RetryableFailure(WorkerUnavailable(f"worker {worker} failed: {exc!r}"), "connect") from None
+        except OSError as exc:
+            raise RetryableFailure(WorkerUnavailable(f"worker {worker} failed: {exc}"), "connect") from None
+        finally:
+            if conn is not None:
+                self._pool.release(target, conn)
+        status = conn.status
         if status >= 500:
             raise RetryableFailure(
                 WorkerUnavailable(f"worker {worker} answered {status}"), f"status_{status}"
             )
-        ttfb_s = time.perf_counter() - start
         routed.record.breaker.record_success()
-        ctype_b = ctype.encode() if ctype else JSON_TYPE
-        headers = proxied_headers(ctype_b, worker, routed.prefix_hit_tokens, len(body), routed.prefill_id)
+        headers = proxied_headers(
+            conn.content_type, worker, routed.prefix_hit_tokens, len(body), routed.prefill_id
+        )
         await send_whole(send, status, headers, body)
         cached = _cached_tokens(body) if want_usage and status == 200 else None
-        return Result(status, ok=status == 200, cached_tokens=cached, ttfb_s=ttfb_s)
+        # No TTFB sample: for a whole answer it equals the latency recorded by ``_attempt``.
+        return Result(status, ok=status == 200, cached_tokens=cached)
 
 
 def _cached_tokens(body: bytes) -> int | None:

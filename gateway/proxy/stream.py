@@ -12,17 +12,15 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-import aiohttp
-
 from gateway.errors import WorkerTimeout, WorkerUnavailable
 from gateway.openai.sse import cached_tokens_in, ends_stream, error_frames
 from gateway.proxy.failover import RetryableFailure
-from gateway.proxy.responses import JSON_TYPE, SSE_TYPE, Receive, Send, proxied_headers, send_whole
+from gateway.proxy.h1 import H1Connection, H1Pool, Target
+from gateway.proxy.responses import SSE_TYPE, Receive, Send, proxied_headers, send_whole
 from gateway.routing.router import Routed
 from gateway.settings import Timeouts
 
 logger = logging.getLogger(__name__)
-_JSON_HEADERS = {"Content-Type": "application/json"}
 CLIENT_GONE = 499
 
 
@@ -44,12 +42,19 @@ async def _wait_disconnect(receive: Receive) -> None:
 class StreamRelay:
     """Relays one streamed completion per call."""
 
-    def __init__(self, session: aiohttp.ClientSession, timeouts: Timeouts) -> None:
-        self._session = session
+    def __init__(self, pool: H1Pool, timeouts: Timeouts) -> None:
+        self._pool = pool
         self._timeouts = timeouts
 
     async def relay(
-        self, routed: Routed, url: str, raw: bytes, receive: Receive, send: Send, *, want_usage: bool
+        self,
+        routed: Routed,
+        target: Target,
+        request: bytes,
+        receive: Receive,
+        send: Send,
+        *,
+        want_usage: bool,
     ) -> Result:
         """Relay a stream; on client disconnect cancel it and report status 499.
 
@@ -57,7 +62,7 @@ class StreamRelay:
             RetryableFailure: the worker failed before the first byte (nothing was sent).
         """
         loop = asyncio.get_running_loop()
-        relay = loop.create_task(self._relay(routed, url, raw, send, want_usage))
+        relay = loop.create_task(self._relay(routed, target, request, send, want_usage))
         watcher = loop.create_task(_wait_disconnect(receive))
         try:
             await asyncio.wait((relay, watcher), return_when=asyncio.FIRST_COMPLETED)
@@ -71,20 +76,22 @@ class StreamRelay:
             return Result(CLIENT_GONE, ok=False)
         return relay.result()
 
-    async def _relay(self, routed: Routed, url: str, raw: bytes, send: Send, want_usage: bool) -> Result:
+    async def _relay(
+        self, routed: Routed, target: Target, request: bytes, send: Send, want_usage: bool
+    ) -> Result:
         loop = asyncio.get_running_loop()
         worker = routed.record.id
         started_at = loop.time()
-        resp: aiohttp.ClientResponse | None = None
+        conn: H1Connection | None = None
         started = False
         try:
             async with asyncio.timeout(self._timeouts.ttfb_s) as deadline:
-                resp = await self._session.post(url, data=raw, headers=routed.upstream_headers)
-                if resp.status != 200:
-                    return await self._non_stream_answer(routed, resp, send)
-                first = await resp.content.readany()
+                conn = await self._pool.post(target, request)
+                if conn.status != 200:
+                    return await self._error_answer(routed, conn, send)
+                first = await conn.read_chunk()
                 if not first:
-                    raise RetryableFailure(WorkerUnavailable(f"worker {worker} closed the stream"), "eof")
+                    raise RetryableFailure(WorkerUnavailable(f"worker {worker} sent an empty stream"), "eof")
                 ttfb_s = loop.time() - started_at
                 routed.record.breaker.record_success()
                 headers = proxied_headers(SSE_TYPE, worker, routed.prefix_hit_tokens, None, routed.prefill_id)
@@ -95,7 +102,7 @@ class StreamRelay:
                 last = first
                 while True:
                     deadline.reschedule(loop.time() + self._timeouts.idle_s)
-                    chunk = await resp.content.readany()
+                    chunk = await conn.read_chunk()
                     if not chunk:
                         break
                     if want_usage and cached is None:
@@ -112,32 +119,31 @@ class StreamRelay:
             if not started:
                 raise RetryableFailure(WorkerTimeout(f"worker {worker} timed out"), "timeout") from None
             return await self._broken(routed, send, "worker stopped sending (idle timeout)", "worker_timeout")
-        except (aiohttp.ClientError, OSError) as exc:
+        except OSError as exc:
             if not started:
                 raise RetryableFailure(
-                    WorkerUnavailable(f"worker {worker} failed: {exc!r}"), "connect"
+                    WorkerUnavailable(f"worker {worker} failed: {exc}"), "connect"
                 ) from None
             return await self._broken(
                 routed, send, "worker connection broke mid-stream", "worker_unavailable"
             )
         finally:
-            if resp is not None:
-                resp.close()
+            if conn is not None:
+                self._pool.release(target, conn)
 
-    async def _non_stream_answer(self, routed: Routed, resp: aiohttp.ClientResponse, send: Send) -> Result:
+    async def _error_answer(self, routed: Routed, conn: H1Connection, send: Send) -> Result:
         """A worker answered a stream request with an error status: retry 5xx, pass 4xx through."""
-        body = await resp.read()
-        if resp.status >= 500:
+        body = await conn.read_all()
+        if conn.status >= 500:
             raise RetryableFailure(
-                WorkerUnavailable(f"worker {routed.record.id} answered {resp.status}"),
-                f"status_{resp.status}",
+                WorkerUnavailable(f"worker {routed.record.id} answered {conn.status}"),
+                f"status_{conn.status}",
             )
-        ctype = resp.headers.get("Content-Type", "application/json").encode()
         headers = proxied_headers(
-            ctype or JSON_TYPE, routed.record.id, routed.prefix_hit_tokens, len(body), routed.prefill_id
+            conn.content_type, routed.record.id, routed.prefix_hit_tokens, len(body), routed.prefill_id
         )
-        await send_whole(send, resp.status, headers, body)
-        return Result(resp.status, ok=False)
+        await send_whole(send, conn.status, headers, body)
+        return Result(conn.status, ok=False)
 
     async def _broken(self, routed: Routed, send: Send, message: str, code: str) -> Result:
         routed.record.breaker.record_failure()

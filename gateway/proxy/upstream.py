@@ -1,9 +1,9 @@
-"""The upstream HTTP client for the request path: one pooled aiohttp session for every worker.
+"""The upstream client for the request path: one ``H1Pool`` of keep-alive connections to every worker.
 
-aiohttp rather than httpx on the hot path: httpx's default transport costs several times more CPU per
-request (see PERFORMANCE.md and ``loadtest/bench_proxy.py``). The pool is sized for thousands of
-concurrent streams; connections are kept alive between requests. Control-plane calls (health, models,
-tokenizer, KV events) use the separate httpx client in ``Deps``.
+Not aiohttp or httpx: their per-request client machinery dominated the gateway's CPU per request (see
+``gateway.proxy.h1`` and ``loadtest/bench_proxy.py``). The pool is unbounded in connections (thousands
+of concurrent streams each hold one) and keeps up to 1024 idle ones per worker. Control-plane calls
+(health, models, tokenizer, KV events) use the separate httpx client in ``Deps``.
 """
 
 from __future__ import annotations
@@ -11,32 +11,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import aiohttp
-
+from gateway.proxy.h1 import H1Pool
 from gateway.settings import Timeouts
 
 
 @asynccontextmanager
-async def open_upstream(*, pool_size: int, timeouts: Timeouts) -> AsyncIterator[aiohttp.ClientSession]:
-    """A keep-alive session whose pool holds up to ``pool_size`` connections (all workers together).
+async def open_upstream(*, timeouts: Timeouts) -> AsyncIterator[H1Pool]:
+    """The proxy's connection pool; every connection is closed on exit.
 
-    Only the connect deadline is set here; time-to-first-byte and idle deadlines are per request.
+    Only the connect deadline lives in the pool; time-to-first-byte and idle deadlines are per request.
     """
-    connector = aiohttp.TCPConnector(
-        limit=pool_size,
-        limit_per_host=0,
-        keepalive_timeout=60.0,
-        ttl_dns_cache=300,
-        enable_cleanup_closed=False,
-    )
-    session = aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, connect=None),
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent", "Accept-Encoding"),
-        raise_for_status=False,
-    )
+    pool = H1Pool(connect_timeout_s=timeouts.connect_s)
     try:
-        yield session
+        yield pool
     finally:
-        await session.close()
+        pool.close()

@@ -18,14 +18,12 @@ from gateway.fleet.registry import Fleet, WorkerRecord
 from gateway.kvindex.index import KVIndex, PrefixHit
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
-from gateway.routing.pd import DECODE_HEADERS
 from gateway.state.protocols import LoadBoard
 from gateway.tokenize.analyzer import PromptAnalyzer
 from policies.api import Decision, Need, Observer, Outcome, Policy, RouteRequest, WorkerId, WorkerView
 
 logger = logging.getLogger(__name__)
 _NO_HIT = PrefixHit()
-_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +35,6 @@ class Routed:
     record: WorkerRecord
     prefix_hit_tokens: int
     prefill: WorkerRecord | None = None  # PD: the prefill worker (None: the decode worker prefills)
-
-    @property
-    def upstream_headers(self) -> Mapping[str, str]:
-        """Headers of the request to ``record`` (``x-kvgate-pd: decode`` after a PD prefill)."""
-        return DECODE_HEADERS if self.prefill is not None else _JSON_HEADERS
 
     @property
     def prefill_id(self) -> str | None:

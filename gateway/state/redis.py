@@ -165,12 +165,17 @@ async def open_redis_state(url: str, *, config: RedisLoadConfig | None = None) -
     redis = Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=2.0)
     board = RedisLoadBoard(redis, config=config)
     try:
+        body_error: BaseException | None = None
         async with asyncio.TaskGroup() as tasks:
             task = tasks.create_task(board.run(), name="redis-load-board")
             try:
                 yield State(load=board, url=url)
+            except BaseException as exc:  # noqa: BLE001 - re-raised unchanged below, not wrapped in a group
+                body_error = exc
             finally:
                 task.cancel()
+        if body_error is not None:
+            raise body_error
     finally:
         with contextlib.suppress(RedisError, OSError):
             await redis.delete(board.key)

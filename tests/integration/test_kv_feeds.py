@@ -158,3 +158,14 @@ async def test_redis_down_degrades_then_recovers_by_itself(worker: FakeKVWorker,
             await redis.aclose()
     finally:
         await asyncio.to_thread(server.stop)
+
+
+async def test_a_prediction_made_on_one_replica_is_seen_by_another(client, redis_url: str):
+    async with (
+        open_kv_service(state_url=redis_url, block_size=16, client=client, config=FAST) as one,
+        open_kv_service(state_url=redis_url, block_size=16, client=client, config=FAST) as two,
+    ):
+        one.index.record_routed("reg-a", [1, 2, 3])
+        assert gpu_blocks(one, "reg-a", [1, 2, 3]) == 3  # local at once
+        await eventually(lambda: gpu_blocks(two, "reg-a", [1, 2, 3]) == 3)
+        assert gpu_blocks(one, "reg-b", [1]) == 0

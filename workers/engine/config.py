@@ -83,6 +83,10 @@ def config_from_hf(raw: Mapping[str, Any]) -> ModelConfig:
     model_type = raw.get("model_type", "llama")
     if model_type != "llama":
         raise ModelConfigError(f"model_type {model_type!r} is not a Llama-family decoder")
+    # transformers >= 5 writes ``rope_parameters`` (theta and scaling together) instead of the old keys.
+    rope = raw.get("rope_parameters") or {}
+    theta = float(rope.get("rope_theta", raw.get("rope_theta", 10000.0)))
+    scaling = _rope_scaling(rope if rope else raw.get("rope_scaling"))
     try:
         hidden = int(raw["hidden_size"])
         heads = int(raw["num_attention_heads"])
@@ -96,8 +100,8 @@ def config_from_hf(raw: Mapping[str, Any]) -> ModelConfig:
             head_dim=int(raw.get("head_dim") or hidden // heads),
             max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-5)),
-            rope_theta=float(raw.get("rope_theta", 10000.0)),
-            rope_scaling=_rope_scaling(raw.get("rope_scaling")),
+            rope_theta=theta,
+            rope_scaling=scaling,
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             bos_token_id=raw.get("bos_token_id"),
             eos_token_ids=_eos_ids(raw.get("eos_token_id")),

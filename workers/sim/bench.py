@@ -3,7 +3,7 @@
 Usage::
 
     python -m workers.sim.bench --url http://127.0.0.1:9001 --concurrency 1000 --requests 5000 \\
-        --max-tokens 8 [--stream] [--pid PID]
+        --max-tokens 8 [--stream] [--chat] [--pid PID]
 
 With ``--pid`` it also prints the worker's CPU time per request (from ``/proc/PID/stat``), the steadier
 figure on a shared machine. This is a measurement tool, not a test.
@@ -63,9 +63,16 @@ async def _watch_load(
         await asyncio.sleep(0.2)
 
 
-async def run_bench(base: str, concurrency: int, requests: int, max_tokens: int, stream: bool) -> BenchResult:
-    body = orjson.dumps({"prompt": "benchmark prompt " * 8, "max_tokens": max_tokens, "stream": stream,
-                         "ignore_eos": True})  # fmt: skip
+async def run_bench(
+    base: str, concurrency: int, requests: int, max_tokens: int, *, stream: bool, chat: bool
+) -> BenchResult:
+    doc: dict[str, object] = {"max_tokens": max_tokens, "stream": stream, "ignore_eos": True}
+    if chat:
+        doc["messages"] = [{"role": "user", "content": "benchmark prompt " * 8}]
+    else:
+        doc["prompt"] = "benchmark prompt " * 8
+    body = orjson.dumps(doc)
+    path = "/v1/chat/completions" if chat else "/v1/completions"
     connector = aiohttp.TCPConnector(limit=concurrency + 1)
     latencies: list[float] = []
     count, peak, stop = [requests], [0], asyncio.Event()
@@ -75,7 +82,7 @@ async def run_bench(base: str, concurrency: int, requests: int, max_tokens: int,
         watcher = asyncio.create_task(_watch_load(session, base, peak, stop))
         start = time.perf_counter()
         errors = await asyncio.gather(
-            *(_client(session, f"{base}/v1/completions", body, count, latencies) for _ in range(concurrency))
+            *(_client(session, base + path, body, count, latencies) for _ in range(concurrency))
         )
         wall = time.perf_counter() - start
         stop.set()
@@ -90,12 +97,15 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--chat", action="store_true", help="chat completions (renders the template)")
     parser.add_argument("--pid", type=int, default=None, help="worker PID, for its CPU time per request")
     args = parser.parse_args()
     cpu0 = _cpu_s(args.pid)
-    r = asyncio.run(
-        run_bench(args.url.rstrip("/"), args.concurrency, args.requests, args.max_tokens, args.stream)
+    base = args.url.rstrip("/")
+    bench = run_bench(
+        base, args.concurrency, args.requests, args.max_tokens, stream=args.stream, chat=args.chat
     )
+    r = asyncio.run(bench)
     cpu = _cpu_s(args.pid) - cpu0
     lat = sorted(r.latencies_s)
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]

@@ -7,7 +7,7 @@ from one asyncio loop. The model, per step:
   its prompt and its whole output (blocks are reserved on admission instead of preempting later).
 * Prefill is one FIFO server of ``prefill_tps`` uncached prompt tokens per second shared by all requests
   (batched prefill keeps the aggregate rate); cached leading blocks cost nothing. The first token comes out
-  when a sequence's prefill ends.
+  when a sequence's prefill ends. A prompt's full blocks enter the prefix cache on admission.
 * Tier pulls (with a ``SimTier``): leading blocks missing locally but present in the shared tier are
   pulled when ``workers.kvtier.planner.plan_pull`` says pulling beats recomputing; the pull overlaps the
   wait for the prefill server and counts as cached tokens. ``on_prefilled`` is told when a prompt's KV is
@@ -251,6 +251,9 @@ class SimScheduler:
             seq.reserved = growth
             self._reserved += growth
             hit = blocks.allocate(seq.seq_id, n, seq.hashes, seq.root)
+            # Cached (and ``stored``) when scheduled, as vLLM does: a later request that hits these blocks
+            # finishes its own prefill after this one, since the prefill server is FIFO.
+            blocks.commit(seq.seq_id, seq.tokens)
             pulled, pull_s = self._plan_pull(seq, hit)
             seq.num_cached_tokens = (hit + pulled) * blocks.block_size
             start = max(now, self._prefill_free_at)

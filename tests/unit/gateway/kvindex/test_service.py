@@ -35,3 +35,16 @@ async def test_unknown_state_url_is_refused():
         with pytest.raises(ValueError, match="redis://"):
             async with open_kv_service(state_url="etcd://x", block_size=16, client=client):
                 pass
+
+
+class BodyError(Exception):
+    pass
+
+
+@pytest.mark.parametrize("state", ["memory", "redis"])
+async def test_an_error_in_the_callers_body_comes_out_unwrapped(state: str, request: pytest.FixtureRequest):
+    url = "memory" if state == "memory" else request.getfixturevalue("redis_url")
+    async with httpx.AsyncClient() as client:
+        with pytest.raises(BodyError):
+            async with open_kv_service(state_url=url, block_size=16, client=client):
+                raise BodyError

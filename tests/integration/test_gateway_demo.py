@@ -1,0 +1,45 @@
+"""``kvgate demo``: the printed curl command and openai snippet work; Ctrl-C stops the workers too."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, stop_process, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_prints_working_commands_and_stops_its_workers(tmp_path: Path) -> None:
+    log = tmp_path / "demo.log"
+    port = free_port()
+    demo = start_process(kvgate_cmd("demo", "--port", str(port)), log=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: http_ok(f"{base}/ready") or demo.poll() is not None, timeout_s=90)
+        text = log.read_text()
+        assert demo.poll() is None, text
+        workers = [w["url"] for w in httpx.get(f"{base}/admin/workers").json()["workers"]]
+        curl = re.search(r"^  (curl .*?)\n\n", text, flags=re.S | re.M)
+        snippet = re.search(r"<<'PY'\n(.*?)\nPY", text, flags=re.S)
+        assert curl is not None and snippet is not None, text
+        reply = subprocess.run(["bash", "-c", curl.group(1)], capture_output=True, check=True, timeout=30)
+        assert orjson.loads(reply.stdout)["choices"][0]["message"]["content"]
+        out = subprocess.run(
+            [sys.executable, "-c", snippet.group(1)], capture_output=True, check=True, timeout=60
+        )
+        assert b"prompt_tokens=" in out.stdout
+        os.kill(demo.pid, signal.SIGINT)  # what Ctrl-C sends
+        demo.wait(30)
+    finally:
+        stop_process(demo)
+    assert len(workers) == 2
+    assert not any(http_ok(f"{url}/health") for url in workers)

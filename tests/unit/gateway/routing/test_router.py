@@ -1,0 +1,187 @@
+"""The routing seam with fakes: what is computed per ``needs``, observers, index recording, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+
+from gateway.errors import InvalidRequest, ModelNotFound, NoHealthyWorker
+from gateway.fleet.registry import Fleet
+from gateway.kvcontract.events import KVEvent
+from gateway.kvindex.index import PrefixHit
+from gateway.observability.metrics import Metrics
+from gateway.openai.schema import parse_request
+from gateway.routing.router import Router
+from gateway.settings import BreakerSettings, WorkerSpec
+from gateway.state.memory import MemoryLoadBoard
+from gateway.tokenize.analyzer import Endpoint, PromptAnalysis, PromptAnalyzer
+from policies.api import Decision, Need, Outcome, RouteRequest, WorkerId, WorkerView
+
+BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":7,"user":"u1"}'
+
+
+@dataclass
+class FakePolicy:
+    """Picks the healthy worker with the most GPU hit blocks (ties: first); records what it saw."""
+
+    needs: frozenset[Need] = frozenset()
+    name: str = "fake"
+    seen: list[tuple[RouteRequest, tuple[WorkerView, ...]]] = field(default_factory=list)
+
+    def select(self, req: RouteRequest, workers: Sequence[WorkerView]) -> Decision:
+        self.seen.append((req, tuple(workers)))
+        healthy = [w for w in workers if w.healthy]
+        if not healthy:
+            return Decision(worker=None)
+        best = max(healthy, key=lambda w: w.gpu_hit_blocks)
+        return Decision(worker=best.id, scores={w.id: 0.5 for w in workers})
+
+
+@dataclass
+class ObservingPolicy(FakePolicy):
+    routed: list[Decision] = field(default_factory=list)
+    finished: list[Outcome] = field(default_factory=list)
+
+    def on_routed(self, req: RouteRequest, decision: Decision) -> None:
+        self.routed.append(decision)
+
+    def on_finished(self, outcome: Outcome) -> None:
+        self.finished.append(outcome)
+
+
+@dataclass
+class FakeAnalyzer:
+    calls: int = 0
+    fail: bool = False
+
+    def analyze(self, body: Mapping[str, Any], endpoint: Endpoint, model: str) -> PromptAnalysis:
+        self.calls += 1
+        if self.fail:
+            raise ValueError("cannot render these messages")
+        return PromptAnalysis(num_tokens=40, block_hashes=(11, 22))
+
+
+@dataclass
+class FakeIndex:
+    hits: dict[str, PrefixHit] = field(default_factory=dict)
+    lookups: int = 0
+    recorded: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+
+    def apply(self, event: KVEvent) -> None: ...
+
+    def record_routed(self, worker: str, hashes: Sequence[int]) -> None:
+        self.recorded.append((worker, tuple(hashes)))
+
+    def longest_prefix(self, hashes: Sequence[int], workers: Iterable[str]) -> Mapping[str, PrefixHit]:
+        self.lookups += 1
+        return {w: self.hits.get(w, PrefixHit()) for w in workers}
+
+    def remove_worker(self, worker: str) -> None: ...
+
+    def num_blocks(self) -> int:
+        return 0
+
+
+def _fleet(*models: str) -> Fleet:
+    fleet = Fleet(breaker=BreakerSettings(), clock=lambda: 0.0)
+    for i, model in enumerate(models):
+        record = fleet.add(WorkerSpec(id=f"w{i}", url=f"http://w{i}"))
+        record.healthy = True
+        record.models = frozenset({model})
+    return fleet
+
+
+def _router(policy: FakePolicy, fleet: Fleet, analyzer: FakeAnalyzer, index: FakeIndex) -> Router:
+    return Router(fleet=fleet, load=MemoryLoadBoard(), policy=policy, analyzer=cast(PromptAnalyzer, analyzer), kv_index=index,
+                  block_size=16, metrics=Metrics())  # fmt: skip
+
+
+def _parsed() -> Any:
+    return parse_request(BODY, Endpoint.CHAT, max_tokens_limit=1000)
+
+
+def test_policy_without_needs_skips_tokenizing_and_lookup() -> None:
+    analyzer, index, policy = FakeAnalyzer(), FakeIndex(), FakePolicy()
+    router = _router(policy, _fleet("m", "m"), analyzer, index)
+    routed = router.route(router.prepare(_parsed(), {}))
+    assert (analyzer.calls, index.lookups) == (0, 0)
+    assert routed.request.num_prompt_tokens == 0 and routed.request.block_hashes == ()
+    assert routed.request.session_id == "u1" and routed.request.max_tokens == 7
+    assert index.recorded == []
+
+
+def test_prefix_needs_feed_hits_to_the_policy_and_record_the_choice() -> None:
+    analyzer, index = FakeAnalyzer(), FakeIndex(hits={"w1": PrefixHit(gpu_blocks=2, tier_blocks=1)})
+    policy = FakePolicy(needs=frozenset({Need.BLOCK_HASHES, Need.PREFIX_HITS}))
+    router = _router(policy, _fleet("m", "m"), analyzer, index)
+    routed = router.route(router.prepare(_parsed(), {"x-session-id": "s9"}))
+    _, views = policy.seen[-1]
+    assert routed.record.id == "w1"
+    assert routed.prefix_hit_tokens == 32
+    assert routed.request.session_id == "s9"
+    assert {v.id: (v.gpu_hit_blocks, v.tier_hit_blocks) for v in views} == {"w0": (0, 0), "w1": (2, 1)}
+    assert index.recorded == [("w1", (11, 22))]
+
+
+def test_tokens_need_without_prefix_need_skips_lookup() -> None:
+    analyzer, index = FakeAnalyzer(), FakeIndex()
+    router = _router(FakePolicy(needs=frozenset({Need.TOKENS})), _fleet("m"), analyzer, index)
+    req = router.prepare(_parsed(), {})
+    router.route(req)
+    assert (analyzer.calls, index.lookups, req.num_prompt_tokens) == (1, 0, 40)
+
+
+def test_analyzer_value_error_is_a_400() -> None:
+    router = _router(
+        FakePolicy(needs=frozenset({Need.TOKENS})), _fleet("m"), FakeAnalyzer(fail=True), FakeIndex()
+    )
+    with pytest.raises(InvalidRequest, match="cannot render"):
+        router.prepare(_parsed(), {})
+
+
+def test_observer_hooks_are_called() -> None:
+    policy = ObservingPolicy()
+    router = _router(policy, _fleet("m"), FakeAnalyzer(), FakeIndex())
+    routed = router.route(router.prepare(_parsed(), {}))
+    router.finished(routed, ok=True, cached_tokens=16, latency_s=0.1)
+    assert policy.routed == [routed.decision]
+    assert policy.finished[0].cached_tokens == 16 and policy.finished[0].ok
+    assert (
+        router.wants_outcomes
+        and not _router(FakePolicy(), _fleet("m"), FakeAnalyzer(), FakeIndex()).wants_outcomes
+    )
+
+
+def test_explain_records_nothing() -> None:
+    policy, index = ObservingPolicy(needs=frozenset({Need.BLOCK_HASHES})), FakeIndex()
+    router = _router(policy, _fleet("m", "m"), FakeAnalyzer(), index)
+    explanation = router.explain(router.prepare(_parsed(), {}))
+    assert explanation.decision.worker == WorkerId("w0")
+    assert [v.id for v in explanation.views] == ["w0", "w1"]
+    assert policy.routed == [] and index.recorded == []
+
+
+def test_model_routing_and_errors() -> None:
+    fleet = _fleet("a", "m")
+    router = _router(FakePolicy(), fleet, FakeAnalyzer(), FakeIndex())
+    req = router.prepare(_parsed(), {})
+    assert router.route(req).record.id == "w1"
+    with pytest.raises(NoHealthyWorker):
+        router.route(req, exclude=["w1"])
+    with pytest.raises(ModelNotFound):
+        router.route(RouteRequest(model="zzz"))
+    for record in fleet:
+        record.healthy = False
+    with pytest.raises(NoHealthyWorker):
+        router.route(req)
+
+
+def test_unknown_model_before_any_probe_is_503_not_404() -> None:
+    fleet = Fleet(breaker=BreakerSettings(), clock=lambda: 0.0)
+    fleet.add(WorkerSpec(id="w0", url="http://w0"))
+    router = _router(FakePolicy(), fleet, FakeAnalyzer(), FakeIndex())
+    with pytest.raises(NoHealthyWorker):
+        router.route(RouteRequest(model="m"))

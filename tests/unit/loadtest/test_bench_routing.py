@@ -1,0 +1,99 @@
+"""The offline ideal hit rate (one LRU cache of the fleet's capacity) and the bench's bookkeeping."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gateway.kvcontract.hashing import chain_hashes, root_hash
+from gateway.tokenize.analyzer import Endpoint
+from gateway.tokenize.bundle import byte_bundle
+from gateway.tokenize.prompt import TokenizingAnalyzer
+from loadtest.bench_routing import imbalance, sent_in_order
+from loadtest.driver import RequestRecord
+from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
+from loadtest.workloads import Session, WorkRequest
+
+BS = 4
+
+
+def blocks(tokens: list[int], output: int = 0) -> PromptBlocks:
+    return PromptBlocks(len(tokens), tuple(chain_hashes(tokens, root_hash("m"), BS)), output)
+
+
+A = list(range(9))  # two full blocks and one token
+B = list(range(100, 112))  # three full blocks, shares nothing with A
+
+
+def test_repeats_hit_their_full_blocks_leaving_one_token_to_compute() -> None:
+    # A: cold. A again: both full blocks (8 of 9 tokens). A[:8]: one block only, as the engine must
+    # compute the last prompt token. 12 of 26 prompt tokens.
+    res = ideal_replay([blocks(A), blocks(A), blocks(A[:8])], capacity_tokens=12 * BS, block_size=BS)
+    assert (res.requests, res.prompt_tokens, res.hit_tokens, res.skipped) == (3, 26, 12, 0)
+    assert res.hit_rate == pytest.approx(12 / 26)
+
+
+def test_capacity_bounds_the_hits_lru() -> None:
+    seq = [blocks(A), blocks(B), blocks(A)]
+    # Three blocks: B takes every block, A's prefix is gone when A returns.
+    assert ideal_replay(seq, capacity_tokens=3 * BS, block_size=BS).hit_tokens == 0
+    # Six blocks: A's two blocks survive B.
+    assert ideal_replay(seq, capacity_tokens=6 * BS, block_size=BS).hit_tokens == 8
+
+
+def test_output_tokens_take_cache_space() -> None:
+    # Four blocks. A takes 3 and frees them tail first, so A's first block is the most recently freed.
+    # B alone takes the spare block, A's partial block and A's second block: A's first block survives.
+    seq = [blocks(A), blocks(B), blocks(A)]
+    assert ideal_replay(seq, capacity_tokens=4 * BS, block_size=BS).hit_tokens == 4
+    # B with 4 output tokens needs a fourth block: A's first block goes too.
+    seq = [blocks(A), blocks(B, output=4), blocks(A)]
+    assert ideal_replay(seq, capacity_tokens=4 * BS, block_size=BS).hit_tokens == 0
+
+
+def test_a_prompt_larger_than_the_cache_is_a_miss() -> None:
+    res = ideal_replay([blocks(B), blocks(B)], capacity_tokens=2 * BS, block_size=BS)
+    assert (res.prompt_tokens, res.hit_tokens, res.skipped) == (24, 0, 2)
+    with pytest.raises(ValueError):
+        ideal_replay([], capacity_tokens=BS - 1, block_size=BS)
+
+
+def test_prompt_blocks_hash_what_the_gateway_hashes() -> None:
+    bundle = byte_bundle()
+    body = {"model": "kvgate-sim", "messages": [{"role": "user", "content": "hello " * 20}], "max_tokens": 3}
+    seen = TokenizingAnalyzer(bundle, block_size=16).analyze(body, Endpoint.CHAT, "kvgate-sim")
+    got = prompt_blocks(body, Endpoint.CHAT, bundle)
+    assert (got.num_tokens, got.block_hashes, got.output_tokens) == (seen.num_tokens, seen.block_hashes, 3)
+    ids = np.arange(40, dtype=np.uint32)
+    got = prompt_blocks({"model": "m", "prompt": ids}, Endpoint.COMPLETIONS, bundle, output_tokens=5)
+    assert got.block_hashes == tuple(chain_hashes(ids.tolist(), root_hash("m"), 16))
+    assert (got.num_tokens, got.output_tokens) == (40, 5)
+
+
+def test_sent_in_order_maps_each_sessions_records_to_its_turns() -> None:
+    def chat(text: str) -> WorkRequest:
+        return WorkRequest("chat", {"model": "m", "messages": [{"role": "user", "content": text}]})
+
+    sessions = [Session("s1", (chat("a" * 40), chat("b" * 50))), Session("s2", (chat("c" * 60),))]
+    recs = [
+        RequestRecord("s1", start_s=2.0, completion_tokens=7),
+        RequestRecord("s2", start_s=1.0, completion_tokens=2),
+        RequestRecord("s1", start_s=0.5, completion_tokens=1),
+    ]
+    bundle = byte_bundle()
+    got = sent_in_order(sessions, recs)
+    want = [
+        prompt_blocks(sessions[0].requests[0].body, Endpoint.CHAT, bundle, output_tokens=1),
+        prompt_blocks(sessions[1].requests[0].body, Endpoint.CHAT, bundle, output_tokens=2),
+        prompt_blocks(sessions[0].requests[1].body, Endpoint.CHAT, bundle, output_tokens=7),
+    ]
+    assert got == want
+
+
+def test_imbalance_counts_idle_workers() -> None:
+    recs = [
+        RequestRecord("s", 0.0, prompt_tokens=30, worker="w1"),
+        RequestRecord("s", 0.0, prompt_tokens=10, worker="w2"),
+    ]
+    assert imbalance(recs, 2, lambda r: r.prompt_tokens) == pytest.approx(1.5)
+    assert imbalance(recs, 4, lambda r: r.prompt_tokens) == pytest.approx(3.0)
