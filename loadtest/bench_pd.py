@@ -131,7 +131,7 @@ async def _watch_pools(gateway: str, stop: asyncio.Event, seen: list[str]) -> No
 async def _drive(
     gateway: str, sessions: list[Session], duration_s: float
 ) -> tuple[list[RequestRecord], list[str]]:
-    stop, moves = asyncio.Event(), []
+    stop, moves = asyncio.Event(), list[str]()
     watcher = asyncio.create_task(_watch_pools(gateway, stop, moves))
     cfg = DriverConfig(target=gateway, stream=True, duration_s=duration_s, request_timeout_s=120.0)
     result = await run_load(sessions, cfg)
@@ -187,11 +187,11 @@ def main(argv: list[str] | None = None) -> int:
         log_dir.mkdir(parents=True, exist_ok=True)
         with redis_tier(log_dir) as tier:
             rows, moves = run_config(args, pools, tier, log_dir)
-        for r in rows:
-            lines.append(
-                f"| {name} | {r['phase']} | {r['sent']} | {r['ok']} | {r['out_tok_s']:.0f} | "
-                f"{r['ttft_p50']:.3f} | {r['ttft_p95']:.3f} | {r['e2e_p50']:.3f} |"
-            )
+        lines.extend(
+            f"| {name} | {r['phase']} | {r['sent']} | {r['ok']} | {r['out_tok_s']:.0f} | "
+            f"{r['ttft_p50']:.3f} | {r['ttft_p95']:.3f} | {r['e2e_p50']:.3f} |"
+            for r in rows
+        )
         print(f"{name}: pool moves: {moves or 'none'}", file=sys.stderr)
     report = "\n".join(lines)
     (args.out / "report.md").write_text(report + "\n")

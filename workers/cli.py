@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(engine)
     config = uvicorn.Config(
         app, host=args.host, port=args.port, loop="uvloop", http="httptools", access_log=False,
-        log_level=args.log_level.lower(), timeout_graceful_shutdown=5, backlog=4096,
+        log_level=args.log_level.lower(), timeout_graceful_shutdown=5, backlog=4096, timeout_keep_alive=75,
     )  # fmt: skip
     uvicorn.Server(config).run()  # handles SIGINT/SIGTERM: stops accepting, drains, runs the lifespan exit
     return 0

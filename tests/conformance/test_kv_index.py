@@ -85,13 +85,13 @@ def gpu(backend: Backend, hashes: Sequence[int], worker: str) -> int:
     return backend.index.longest_prefix(hashes, [worker])[worker].gpu_blocks
 
 
-async def test_empty_index_answers_zero_for_every_worker_asked(backend: Backend):
+async def test_empty_index_answers_zero_for_every_worker_asked(backend: Backend) -> None:
     hits = backend.index.longest_prefix([1, 2, 3], ["a", "b"])
     assert dict(hits) == {"a": PrefixHit(), "b": PrefixHit()}
     assert backend.index.num_blocks() == 0
 
 
-async def test_leading_blocks_are_counted_per_worker(backend: Backend):
+async def test_leading_blocks_are_counted_per_worker(backend: Backend) -> None:
     await backend.apply(stored("a", [1, 2, 3]), stored("b", [1]))
     hits = backend.index.longest_prefix([1, 2, 3, 4], ["a", "b", "c"])
     assert hits["a"] == PrefixHit(3, 0)
@@ -99,12 +99,12 @@ async def test_leading_blocks_are_counted_per_worker(backend: Backend):
     assert hits["c"] == PrefixHit(0, 0)
 
 
-async def test_a_hole_ends_the_match(backend: Backend):
+async def test_a_hole_ends_the_match(backend: Backend) -> None:
     await backend.apply(stored("a", [1, 3, 4]))
     assert gpu(backend, [1, 2, 3, 4], "a") == 1
 
 
-async def test_stored_and_removed_are_idempotent(backend: Backend):
+async def test_stored_and_removed_are_idempotent(backend: Backend) -> None:
     await backend.apply(stored("a", [1, 2]), stored("a", [1, 2]))
     assert backend.index.num_blocks() == 2
     await backend.apply(removed("a", [2]), removed("a", [2]))
@@ -112,25 +112,25 @@ async def test_stored_and_removed_are_idempotent(backend: Backend):
     assert backend.index.num_blocks() == 1
 
 
-async def test_removed_on_one_worker_keeps_the_other_worker(backend: Backend):
+async def test_removed_on_one_worker_keeps_the_other_worker(backend: Backend) -> None:
     await backend.apply(stored("a", [1, 2]), stored("b", [1, 2]), removed("a", [1]))
     hits = backend.index.longest_prefix([1, 2], ["a", "b"])
     assert (hits["a"].gpu_blocks, hits["b"].gpu_blocks) == (0, 2)
 
 
-async def test_shared_tier_continues_after_the_gpu_match(backend: Backend):
+async def test_shared_tier_continues_after_the_gpu_match(backend: Backend) -> None:
     await backend.apply(stored("a", [1, 2]), stored("x", [3, 4], Tier.DRAM), stored("x", [5], Tier.SSD))
     hits = backend.index.longest_prefix([1, 2, 3, 4, 5, 6], ["a", "b"])
     assert hits["a"] == PrefixHit(gpu_blocks=2, tier_blocks=3)
     assert hits["b"] == PrefixHit(gpu_blocks=0, tier_blocks=0)  # block 1 is in no tier
 
 
-async def test_tier_blocks_count_from_the_first_block_for_a_cold_worker(backend: Backend):
+async def test_tier_blocks_count_from_the_first_block_for_a_cold_worker(backend: Backend) -> None:
     await backend.apply(stored("x", [1, 2], Tier.DRAM))
     assert backend.index.longest_prefix([1, 2, 3], ["cold"])["cold"] == PrefixHit(0, 2)
 
 
-async def test_cleared_drops_one_worker_gpu_blocks(backend: Backend):
+async def test_cleared_drops_one_worker_gpu_blocks(backend: Backend) -> None:
     await backend.apply(stored("a", [1, 2]), stored("b", [1, 2]), stored("x", [1], Tier.DRAM))
     await backend.apply(cleared("a"))
     hits = backend.index.longest_prefix([1, 2], ["a", "b"])
@@ -138,27 +138,27 @@ async def test_cleared_drops_one_worker_gpu_blocks(backend: Backend):
     assert hits["b"] == PrefixHit(2, 0)
 
 
-async def test_remove_worker_forgets_its_blocks(backend: Backend):
+async def test_remove_worker_forgets_its_blocks(backend: Backend) -> None:
     await backend.apply(stored("a", [1, 2]), stored("b", [1]))
     backend.index.remove_worker("a")
     assert gpu(backend, [1, 2], "a") == 0
     assert gpu(backend, [1, 2], "b") == 1
 
 
-async def test_prediction_counts_until_its_ttl(backend: Backend):
+async def test_prediction_counts_until_its_ttl(backend: Backend) -> None:
     backend.index.record_routed("a", [1, 2, 3])
     assert gpu(backend, [1, 2, 3], "a") == 3
     backend.clock.now += 5.0
     assert gpu(backend, [1, 2, 3], "a") == 0
 
 
-async def test_removed_event_supersedes_a_prediction(backend: Backend):
+async def test_removed_event_supersedes_a_prediction(backend: Backend) -> None:
     backend.index.record_routed("a", [1, 2, 3])
     await backend.apply(removed("a", [2]))
     assert gpu(backend, [1, 2, 3], "a") == 1
 
 
-async def test_stored_event_outlives_the_prediction_it_confirms(backend: Backend):
+async def test_stored_event_outlives_the_prediction_it_confirms(backend: Backend) -> None:
     backend.index.record_routed("a", [1, 2])
     await backend.apply(stored("a", [1, 2]))
     backend.clock.now += 5.0

@@ -22,11 +22,11 @@ async def board(request: pytest.FixtureRequest) -> AsyncIterator[LoadBoard]:
         yield state.load
 
 
-def test_unknown_worker_has_no_load(board: LoadBoard):
+def test_unknown_worker_has_no_load(board: LoadBoard) -> None:
     assert board.get("nobody") == WorkerLoad(0, 0)
 
 
-def test_acquire_counts_requests_and_tokens(board: LoadBoard):
+def test_acquire_counts_requests_and_tokens(board: LoadBoard) -> None:
     board.acquire("a", 100)
     board.acquire("a", 50)
     board.acquire("b", 7)
@@ -34,14 +34,14 @@ def test_acquire_counts_requests_and_tokens(board: LoadBoard):
     assert board.get("b") == WorkerLoad(1, 7)
 
 
-def test_release_undoes_acquire(board: LoadBoard):
+def test_release_undoes_acquire(board: LoadBoard) -> None:
     board.acquire("a", 100)
     board.acquire("a", 50)
     board.release("a", 100)
     assert board.get("a") == WorkerLoad(1, 50)
 
 
-def test_counters_never_go_below_zero(board: LoadBoard):
+def test_counters_never_go_below_zero(board: LoadBoard) -> None:
     board.release("a", 10)
     board.acquire("a", 5)
     board.release("a", 5)
@@ -49,7 +49,7 @@ def test_counters_never_go_below_zero(board: LoadBoard):
     assert board.get("a") == WorkerLoad(0, 0)
 
 
-def test_snapshot_lists_every_worker_seen(board: LoadBoard):
+def test_snapshot_lists_every_worker_seen(board: LoadBoard) -> None:
     board.acquire("a", 1)
     board.acquire("b", 2)
     snap = board.snapshot()
@@ -57,7 +57,7 @@ def test_snapshot_lists_every_worker_seen(board: LoadBoard):
     assert snap["b"] == WorkerLoad(1, 2)
 
 
-def test_snapshot_is_a_copy(board: LoadBoard):
+def test_snapshot_is_a_copy(board: LoadBoard) -> None:
     board.acquire("a", 1)
     snap = dict(board.snapshot())
     board.acquire("a", 1)

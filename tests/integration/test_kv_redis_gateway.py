@@ -44,7 +44,7 @@ def predicted_hit_after_repeat(client: httpx.Client, fleet: Fleet, prompt: list[
     return int(resp.headers.get("x-kvgate-prefix-hit", "0")) >= 64
 
 
-def test_redis_killed_and_restarted_under_load_fails_no_request(fleet: Fleet, redis: RedisServer):
+def test_redis_killed_and_restarted_under_load_fails_no_request(fleet: Fleet, redis: RedisServer) -> None:
     prompts = [list(range(base, base + 16 * 8)) for base in range(1000, 1000 * 41, 1000)]
     with httpx.Client(timeout=30) as client:
         assert complete(client, fleet, prompts[0]).status_code == 200

@@ -39,7 +39,7 @@ async def eventually(pred: Callable[[], bool], timeout_s: float = 15.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def test_blocks_a_sim_worker_caches_appear_under_the_registry_id(sim_worker: str):
+async def test_blocks_a_sim_worker_caches_appear_under_the_registry_id(sim_worker: str) -> None:
     prompt = list(range(1000, 1000 + 16 * 6))
     async with httpx.AsyncClient(timeout=30) as client:
         model = (await client.get(f"{sim_worker}/v1/models")).json()["data"][0]["id"]

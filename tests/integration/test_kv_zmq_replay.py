@@ -36,7 +36,7 @@ async def eventually(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_replayed_vllm_batches_in_both_encodings_reach_the_index():
+async def test_replayed_vllm_batches_in_both_encodings_reach_the_index() -> None:
     port = free_port()
     ctx = zmq.asyncio.Context()
     pub = ctx.socket(zmq.PUB)
@@ -87,7 +87,7 @@ async def test_replayed_vllm_batches_in_both_encodings_reach_the_index():
         ctx.term()
 
 
-async def test_service_follows_an_engine_over_zmq():
+async def test_service_follows_an_engine_over_zmq() -> None:
     import httpx
 
     from gateway.kvindex.service import open_kv_service

@@ -92,3 +92,18 @@ def test_compose_runs_two_gateways_on_one_redis() -> None:
         defaults = layered_defaults(_gateway_subparser(), {}, env)
         assert len(defaults["worker"]) == 3
     assert all(p.startswith("127.0.0.1:") for n in gateways for p in services[n]["ports"])
+
+
+def test_gateway_configmap_policy_can_serve_its_worker_roles() -> None:
+    from policies import build_policy
+    from policies.api import PolicyContext, Role, RouteRequest, WorkerId, WorkerView
+
+    cm = next(d for d in _render("base") if d["kind"] == "ConfigMap")
+    cfg = yaml.safe_load(cm["data"]["gateway.yaml"])
+    policy = build_policy(cfg["policy"], PolicyContext())
+    views = [
+        WorkerView(id=WorkerId(url), role=Role(url.split("#role=")[1] if "#role=" in url else "both"))
+        for url in cfg["worker"]
+    ]
+    decision = policy.select(RouteRequest(model="m", num_prompt_tokens=4096), views)
+    assert decision.worker is not None

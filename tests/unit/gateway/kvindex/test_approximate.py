@@ -12,7 +12,7 @@ class FakeClock:
         return self.now
 
 
-def test_routed_blocks_count_as_cached_until_ttl():
+def test_routed_blocks_count_as_cached_until_ttl() -> None:
     clock = FakeClock()
     index = ApproximateKVIndex(ApproximateIndexConfig(ttl_s=10.0), clock=clock)
     index.record_routed("a", [1, 2, 3])
@@ -23,7 +23,7 @@ def test_routed_blocks_count_as_cached_until_ttl():
     assert index.num_blocks() == 0
 
 
-def test_capacity_evicts_least_recently_routed_blocks():
+def test_capacity_evicts_least_recently_routed_blocks() -> None:
     index = ApproximateKVIndex(ApproximateIndexConfig(capacity_blocks=4), clock=FakeClock())
     index.record_routed("a", [1, 2, 3])
     index.record_routed("a", [1, 7, 8])  # 1 refreshed; 2 and 3 are the oldest
@@ -32,7 +32,7 @@ def test_capacity_evicts_least_recently_routed_blocks():
     assert index.longest_prefix([1, 7, 8], ["a"])["a"].gpu_blocks == 3
 
 
-def test_removed_and_cleared_events_correct_the_guess():
+def test_removed_and_cleared_events_correct_the_guess() -> None:
     index = ApproximateKVIndex(clock=FakeClock())
     index.record_routed("a", [1, 2, 3])
     index.apply(KVEvent(worker="a", type=EventType.REMOVED, hashes=(2,)))

@@ -37,14 +37,14 @@ def ours(toks: list[int], lora: str | None = None) -> list[int]:
     ],
     ids=["positional-int-hashes", "tagged-map-bytes-hashes"],
 )
-def test_stored_blocks_are_rehashed_into_our_scheme(batch: bytes, engine_hashes):
+def test_stored_blocks_are_rehashed_into_our_scheme(batch: bytes, engine_hashes) -> None:
     events = translator().translate(decode_batch(batch))
     assert [(e.worker, e.type, list(e.hashes)) for e in events] == [
         ("vllm-0", EventType.STORED, ours(tokens(2)))
     ]
 
 
-def test_a_child_event_chains_from_its_parent_and_removed_is_translated():
+def test_a_child_event_chains_from_its_parent_and_removed_is_translated() -> None:
     t = translator()
     full = tokens(3)
     t.translate(decode_batch(array_batch(stored_array([1, 2], None, full[: 2 * BLOCK]))))
@@ -54,7 +54,7 @@ def test_a_child_event_chains_from_its_parent_and_removed_is_translated():
     assert [(e.type, list(e.hashes)) for e in gone] == [(EventType.REMOVED, [ours(full)[1]])]
 
 
-def test_lora_name_is_folded_into_the_root():
+def test_lora_name_is_folded_into_the_root() -> None:
     events = translator().translate(decode_batch(map_batch(stored_map([5], None, tokens(1), lora_name="ad"))))
     assert list(events[0].hashes) == ours(tokens(1), lora="ad")
 
@@ -69,13 +69,13 @@ def test_lora_name_is_folded_into_the_root():
     ],
     ids=["orphan", "block-size", "cpu-medium", "short-tokens"],
 )
-def test_untranslatable_stores_are_skipped_and_counted(event):
+def test_untranslatable_stores_are_skipped_and_counted(event) -> None:
     t = translator()
     assert t.translate(decode_batch(array_batch(event))) == []
     assert t.num_skipped == 1
 
 
-def test_all_blocks_cleared_clears_the_worker_and_the_hash_map():
+def test_all_blocks_cleared_clears_the_worker_and_the_hash_map() -> None:
     t = translator()
     t.translate(decode_batch(array_batch(stored_array([1], None, tokens(1)))))
     events = t.translate(decode_batch(array_batch(["AllBlocksCleared"])))
@@ -83,7 +83,7 @@ def test_all_blocks_cleared_clears_the_worker_and_the_hash_map():
     assert t.translate(decode_batch(map_batch(removed_map([1])))) == []
 
 
-def test_sglang_positional_layout_has_no_medium():
+def test_sglang_positional_layout_has_no_medium() -> None:
     batch = msgpack.packb([1.0, [["BlockStored", [4], None, tokens(1), BLOCK, None], ["BlockRemoved", [4]]]])
     events = translator().translate(decode_sglang_batch(batch))
     assert [e.type for e in events] == [EventType.STORED, EventType.REMOVED]
@@ -94,6 +94,6 @@ def test_sglang_positional_layout_has_no_medium():
     [b"\xc1", msgpack.packb({"ts": 1.0}), msgpack.packb([1.0, [["Nope"]]]), msgpack.packb([1.0, [42]])],
     ids=["not-msgpack", "no-events", "unknown-tag", "not-an-event"],
 )
-def test_malformed_batches_raise_decode_errors(payload: bytes):
+def test_malformed_batches_raise_decode_errors(payload: bytes) -> None:
     with pytest.raises(EventDecodeError):
         decode_batch(payload)

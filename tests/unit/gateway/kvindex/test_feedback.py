@@ -13,7 +13,7 @@ def value(registry: CollectorRegistry, name: str) -> float:
     return found
 
 
-def test_materialised_predictions_raise_no_drift():
+def test_materialised_predictions_raise_no_drift() -> None:
     registry = CollectorRegistry()
     feedback = PrefixFeedback(registry, CONFIG)
     for _ in range(10):
@@ -24,7 +24,7 @@ def test_materialised_predictions_raise_no_drift():
     assert value(registry, "kvgate_prefix_drift") == 0
 
 
-def test_predictions_that_do_not_materialise_flag_drift_and_recover():
+def test_predictions_that_do_not_materialise_flag_drift_and_recover() -> None:
     registry = CollectorRegistry()
     feedback = PrefixFeedback(registry, CONFIG)
     for _ in range(4):
@@ -39,7 +39,7 @@ def test_predictions_that_do_not_materialise_flag_drift_and_recover():
     assert value(registry, "kvgate_prefix_drift") == 0
 
 
-def test_unreported_and_zero_predictions_do_not_count_towards_drift():
+def test_unreported_and_zero_predictions_do_not_count_towards_drift() -> None:
     registry = CollectorRegistry()
     feedback = PrefixFeedback(registry, CONFIG)
     for _ in range(20):
@@ -51,6 +51,6 @@ def test_unreported_and_zero_predictions_do_not_count_towards_drift():
     assert value(registry, "kvgate_prefix_best_tokens_sum") == 20 * 512
 
 
-def test_two_apps_can_each_own_a_registry():
+def test_two_apps_can_each_own_a_registry() -> None:
     PrefixFeedback(CollectorRegistry())
     PrefixFeedback(CollectorRegistry())

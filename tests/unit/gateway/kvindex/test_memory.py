@@ -23,7 +23,7 @@ def removed(worker: str, hashes, tier: Tier = Tier.GPU) -> KVEvent:
     return KVEvent(worker=worker, type=EventType.REMOVED, tier=tier, hashes=tuple(hashes))
 
 
-def test_prediction_counts_until_ttl_then_expires():
+def test_prediction_counts_until_ttl_then_expires() -> None:
     clock = FakeClock()
     index = MemoryKVIndex(MemoryIndexConfig(prediction_ttl_s=2.0), clock=clock)
     index.record_routed("a", [1, 2, 3])
@@ -33,7 +33,7 @@ def test_prediction_counts_until_ttl_then_expires():
     assert index.num_predictions() == 0
 
 
-def test_refreshed_prediction_outlives_its_first_ttl():
+def test_refreshed_prediction_outlives_its_first_ttl() -> None:
     clock = FakeClock()
     index = MemoryKVIndex(MemoryIndexConfig(prediction_ttl_s=2.0), clock=clock)
     index.record_routed("a", [1, 2])
@@ -43,7 +43,7 @@ def test_refreshed_prediction_outlives_its_first_ttl():
     assert index.longest_prefix([1, 2], ["a"])["a"].gpu_blocks == 2
 
 
-def test_removed_event_supersedes_prediction():
+def test_removed_event_supersedes_prediction() -> None:
     clock = FakeClock()
     index = MemoryKVIndex(clock=clock)
     index.record_routed("a", [1, 2, 3])
@@ -51,7 +51,7 @@ def test_removed_event_supersedes_prediction():
     assert index.longest_prefix([1, 2, 3], ["a"])["a"].gpu_blocks == 1
 
 
-def test_prediction_entries_are_bounded():
+def test_prediction_entries_are_bounded() -> None:
     index = MemoryKVIndex(MemoryIndexConfig(max_predictions=10), clock=FakeClock())
     for i in range(20):
         index.record_routed("a", [i * 3, i * 3 + 1, i * 3 + 2])
@@ -59,7 +59,7 @@ def test_prediction_entries_are_bounded():
     assert index.longest_prefix([57, 58, 59], ["a"])["a"].gpu_blocks == 3
 
 
-def test_cleared_dram_tier_keeps_gpu_entries():
+def test_cleared_dram_tier_keeps_gpu_entries() -> None:
     index = MemoryKVIndex()
     index.apply(stored("a", [1, 2]))
     index.apply(stored("a", [3, 4], Tier.DRAM))
@@ -68,7 +68,7 @@ def test_cleared_dram_tier_keeps_gpu_entries():
     assert index.longest_prefix([1, 2, 3, 4], ["a"])["a"] == PrefixHit(2, 0)
 
 
-def test_worker_bit_is_reused_without_leaking_old_entries():
+def test_worker_bit_is_reused_without_leaking_old_entries() -> None:
     index = MemoryKVIndex()
     index.apply(stored("a", [1, 2]))
     index.remove_worker("a")
@@ -77,7 +77,7 @@ def test_worker_bit_is_reused_without_leaking_old_entries():
     assert index.num_blocks() == 1
 
 
-def test_eviction_calls_metric_hook_with_counts():
+def test_eviction_calls_metric_hook_with_counts() -> None:
     evicted: list[int] = []
     index = MemoryKVIndex(MemoryIndexConfig(max_blocks=100), on_evict=evicted.append)
     index.apply(stored("a", range(150)))
@@ -90,7 +90,7 @@ def test_eviction_calls_metric_hook_with_counts():
     assert index.longest_prefix(list(range(1000, 1100)), ["b"])["b"].gpu_blocks == 100
 
 
-def test_churn_of_a_million_blocks_stays_within_budget():
+def test_churn_of_a_million_blocks_stays_within_budget() -> None:
     budget = 50_000
     evicted: list[int] = []
     index = MemoryKVIndex(MemoryIndexConfig(max_blocks=budget), on_evict=evicted.append)
@@ -126,7 +126,7 @@ def naive(index_events: dict[str, set[int]], hashes: list[int], worker: str) -> 
     ),
     query=st.lists(st.integers(0, 15), max_size=12),
 )
-def test_lookup_matches_a_naive_model(ops, query):
+def test_lookup_matches_a_naive_model(ops, query) -> None:
     index = MemoryKVIndex()
     model: dict[str, set[int]] = {}
     for worker, is_store, hashes in ops:

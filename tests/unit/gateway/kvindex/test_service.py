@@ -8,7 +8,7 @@ from gateway.kvindex.memory import MemoryKVIndex
 from gateway.kvindex.service import KVServiceConfig, open_kv_service
 
 
-async def test_memory_state_gives_a_precise_index_that_is_not_degraded():
+async def test_memory_state_gives_a_precise_index_that_is_not_degraded() -> None:
     async with (
         httpx.AsyncClient() as client,
         open_kv_service(state_url="memory", block_size=16, client=client) as kv,
@@ -17,7 +17,7 @@ async def test_memory_state_gives_a_precise_index_that_is_not_degraded():
         assert not kv.degraded
 
 
-async def test_approximate_mode_needs_no_feeds():
+async def test_approximate_mode_needs_no_feeds() -> None:
     config = KVServiceConfig(approximate=ApproximateIndexConfig(capacity_blocks=8, ttl_s=60))
     async with (
         httpx.AsyncClient() as client,
@@ -30,7 +30,7 @@ async def test_approximate_mode_needs_no_feeds():
         assert kv.index.longest_prefix([1, 2], ["a"])["a"].gpu_blocks == 2
 
 
-async def test_unknown_state_url_is_refused():
+async def test_unknown_state_url_is_refused() -> None:
     async with httpx.AsyncClient() as client:
         with pytest.raises(ValueError, match="redis://"):
             async with open_kv_service(state_url="etcd://x", block_size=16, client=client):
@@ -42,7 +42,7 @@ class BodyError(Exception):
 
 
 @pytest.mark.parametrize("state", ["memory", "redis"])
-async def test_an_error_in_the_callers_body_comes_out_unwrapped(state: str, request: pytest.FixtureRequest):
+async def test_an_error_in_the_callers_body_comes_out_unwrapped(state: str, request: pytest.FixtureRequest) -> None:
     url = "memory" if state == "memory" else request.getfixturevalue("redis_url")
     async with httpx.AsyncClient() as client:
         with pytest.raises(BodyError):

@@ -25,7 +25,7 @@ async def eventually(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_replicas_see_each_others_inflight_work(redis_url: str):
+async def test_replicas_see_each_others_inflight_work(redis_url: str) -> None:
     async with (
         open_redis_state(redis_url, config=FAST) as one,
         open_redis_state(redis_url, config=FAST) as two,
@@ -40,7 +40,7 @@ async def test_replicas_see_each_others_inflight_work(redis_url: str):
         await eventually(lambda: one.load.get("w1") == WorkerLoad(1, 100))
 
 
-async def test_a_closed_replica_no_longer_counts(redis_url: str):
+async def test_a_closed_replica_no_longer_counts(redis_url: str) -> None:
     async with open_redis_state(redis_url, config=FAST) as one:
         async with open_redis_state(redis_url, config=FAST) as two:
             two.load.acquire("w1", 10)
@@ -48,7 +48,7 @@ async def test_a_closed_replica_no_longer_counts(redis_url: str):
         await eventually(lambda: one.load.get("w1") == WorkerLoad(0, 0))
 
 
-async def test_redis_down_answers_local_figures_and_recovers(tmp_path: Path):
+async def test_redis_down_answers_local_figures_and_recovers(tmp_path: Path) -> None:
     server = new_redis_server(tmp_path / "redis")
     try:
         async with (
@@ -73,7 +73,7 @@ class BodyError(Exception):
     pass
 
 
-async def test_an_error_in_the_callers_body_comes_out_unwrapped(redis_url: str):
+async def test_an_error_in_the_callers_body_comes_out_unwrapped(redis_url: str) -> None:
     with pytest.raises(BodyError):
         async with open_redis_state(redis_url, config=FAST):
             raise BodyError
