@@ -52,7 +52,9 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-async def test_snapshot_then_events_land_under_the_registry_id(worker: FakeKVWorker, client: httpx.AsyncClient) -> None:
+async def test_snapshot_then_events_land_under_the_registry_id(
+    worker: FakeKVWorker, client: httpx.AsyncClient
+) -> None:
     worker.tiers = {"gpu": [1, 2], "dram": [3]}
     async with open_kv_service(state_url="memory", block_size=16, client=client, config=FAST) as service:
         service.add_worker("reg-a", worker.url)
@@ -65,7 +67,9 @@ async def test_snapshot_then_events_land_under_the_registry_id(worker: FakeKVWor
         assert service.aliases.resolve("self-a") == "reg-a"
 
 
-async def test_reconnect_rebuilds_from_a_fresh_snapshot(worker: FakeKVWorker, client: httpx.AsyncClient) -> None:
+async def test_reconnect_rebuilds_from_a_fresh_snapshot(
+    worker: FakeKVWorker, client: httpx.AsyncClient
+) -> None:
     worker.tiers = {"gpu": [1, 2]}
     async with open_kv_service(state_url="memory", block_size=16, client=client, config=FAST) as service:
         service.add_worker("reg-a", worker.url)
@@ -90,7 +94,9 @@ async def test_worker_with_another_block_size_is_not_indexed(client: httpx.Async
         await odd.stop()
 
 
-async def test_remove_worker_stops_the_feed_and_forgets_blocks(worker: FakeKVWorker, client: httpx.AsyncClient) -> None:
+async def test_remove_worker_stops_the_feed_and_forgets_blocks(
+    worker: FakeKVWorker, client: httpx.AsyncClient
+) -> None:
     worker.tiers = {"gpu": [1]}
     async with open_kv_service(state_url="memory", block_size=16, client=client, config=FAST) as service:
         service.add_worker("reg-a", worker.url)
@@ -105,11 +111,13 @@ async def test_remove_worker_stops_the_feed_and_forgets_blocks(worker: FakeKVWor
 
 
 async def stream_entries_mentioning(redis: Redis, needle: bytes) -> int:
-    entries = await redis.xrange(EVENTS_STREAM)
+    entries: list[tuple[bytes, dict[bytes, bytes]]] = await redis.xrange(EVENTS_STREAM)  # type: ignore[assignment]
     return sum(needle in fields[b"e"] for _id, fields in entries)
 
 
-async def test_two_replicas_share_one_relay_per_worker(worker: FakeKVWorker, client: httpx.AsyncClient, redis_url: str) -> None:
+async def test_two_replicas_share_one_relay_per_worker(
+    worker: FakeKVWorker, client: httpx.AsyncClient, redis_url: str
+) -> None:
     worker.tiers = {"gpu": [1]}
     redis = Redis.from_url(redis_url)
     async with (
@@ -121,15 +129,17 @@ async def test_two_replicas_share_one_relay_per_worker(worker: FakeKVWorker, cli
         await eventually(lambda: worker.num_subscribers >= 1)
         marker = 987_654_321_012
         worker.emit([stored("self-a", [1, marker])])
-        for service in (one, two):
-            await eventually(lambda s=service: gpu_blocks(s, "reg-a", [1, marker]) == 2)
+        await eventually(lambda: gpu_blocks(one, "reg-a", [1, marker]) == 2)
+        await eventually(lambda: gpu_blocks(two, "reg-a", [1, marker]) == 2)
         assert not one.degraded and not two.degraded
         assert worker.num_subscribers == 1
         assert await stream_entries_mentioning(redis, str(marker).encode()) == 1
     await redis.aclose()
 
 
-async def test_redis_down_degrades_then_recovers_by_itself(worker: FakeKVWorker, client: httpx.AsyncClient, tmp_path: Path) -> None:
+async def test_redis_down_degrades_then_recovers_by_itself(
+    worker: FakeKVWorker, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     server = new_redis_server(tmp_path / "redis")
     try:
         async with open_kv_service(
@@ -160,7 +170,9 @@ async def test_redis_down_degrades_then_recovers_by_itself(worker: FakeKVWorker,
         await asyncio.to_thread(server.stop)
 
 
-async def test_a_prediction_made_on_one_replica_is_seen_by_another(client: httpx.AsyncClient, redis_url: str) -> None:
+async def test_a_prediction_made_on_one_replica_is_seen_by_another(
+    client: httpx.AsyncClient, redis_url: str
+) -> None:
     async with (
         open_kv_service(state_url=redis_url, block_size=16, client=client, config=FAST) as one,
         open_kv_service(state_url=redis_url, block_size=16, client=client, config=FAST) as two,

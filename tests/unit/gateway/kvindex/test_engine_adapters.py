@@ -37,7 +37,7 @@ def ours(toks: list[int], lora: str | None = None) -> list[int]:
     ],
     ids=["positional-int-hashes", "tagged-map-bytes-hashes"],
 )
-def test_stored_blocks_are_rehashed_into_our_scheme(batch: bytes, engine_hashes) -> None:
+def test_stored_blocks_are_rehashed_into_our_scheme(batch: bytes, engine_hashes: list[int | bytes]) -> None:
     events = translator().translate(decode_batch(batch))
     assert [(e.worker, e.type, list(e.hashes)) for e in events] == [
         ("vllm-0", EventType.STORED, ours(tokens(2)))
@@ -69,7 +69,7 @@ def test_lora_name_is_folded_into_the_root() -> None:
     ],
     ids=["orphan", "block-size", "cpu-medium", "short-tokens"],
 )
-def test_untranslatable_stores_are_skipped_and_counted(event) -> None:
+def test_untranslatable_stores_are_skipped_and_counted(event: list[object]) -> None:
     t = translator()
     assert t.translate(decode_batch(array_batch(event))) == []
     assert t.num_skipped == 1

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from hypothesis import given, settings, strategies as st
 
 from gateway.kvcontract.events import EventType, KVEvent, Tier
@@ -15,11 +17,11 @@ class FakeClock:
         return self.now
 
 
-def stored(worker: str, hashes, tier: Tier = Tier.GPU) -> KVEvent:
+def stored(worker: str, hashes: Iterable[int], tier: Tier = Tier.GPU) -> KVEvent:
     return KVEvent(worker=worker, type=EventType.STORED, tier=tier, hashes=tuple(hashes))
 
 
-def removed(worker: str, hashes, tier: Tier = Tier.GPU) -> KVEvent:
+def removed(worker: str, hashes: Iterable[int], tier: Tier = Tier.GPU) -> KVEvent:
     return KVEvent(worker=worker, type=EventType.REMOVED, tier=tier, hashes=tuple(hashes))
 
 
@@ -126,7 +128,7 @@ def naive(index_events: dict[str, set[int]], hashes: list[int], worker: str) -> 
     ),
     query=st.lists(st.integers(0, 15), max_size=12),
 )
-def test_lookup_matches_a_naive_model(ops, query) -> None:
+def test_lookup_matches_a_naive_model(ops: list[tuple[str, bool, list[int]]], query: list[int]) -> None:
     index = MemoryKVIndex()
     model: dict[str, set[int]] = {}
     for worker, is_store, hashes in ops:

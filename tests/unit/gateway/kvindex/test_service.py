@@ -42,7 +42,9 @@ class BodyError(Exception):
 
 
 @pytest.mark.parametrize("state", ["memory", "redis"])
-async def test_an_error_in_the_callers_body_comes_out_unwrapped(state: str, request: pytest.FixtureRequest) -> None:
+async def test_an_error_in_the_callers_body_comes_out_unwrapped(
+    state: str, request: pytest.FixtureRequest
+) -> None:
     url = "memory" if state == "memory" else request.getfixturevalue("redis_url")
     async with httpx.AsyncClient() as client:
         with pytest.raises(BodyError):

@@ -36,8 +36,8 @@ def removed_map(hashes: list[Any]) -> dict[str, Any]:
 
 
 def array_batch(*events: Any, ts: float = 1.0) -> bytes:
-    return msgpack.packb([ts, list(events), 0])
+    return bytes(msgpack.packb([ts, list(events), 0]))
 
 
 def map_batch(*events: Any, ts: float = 1.0) -> bytes:
-    return msgpack.packb({"ts": ts, "events": list(events), "data_parallel_rank": 0})
+    return bytes(msgpack.packb({"ts": ts, "events": list(events), "data_parallel_rank": 0}))

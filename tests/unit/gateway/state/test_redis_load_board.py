@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.state.protocols import WorkerLoad
-from gateway.state.redis import RedisLoadConfig, open_redis_state
+from gateway.state.redis import RedisLoadBoard, RedisLoadConfig, open_redis_state
 from tests.support.redis_server import new_redis_server
 
 pytestmark = pytest.mark.redis
@@ -55,15 +55,17 @@ async def test_redis_down_answers_local_figures_and_recovers(tmp_path: Path) -> 
             open_redis_state(server.url, config=FAST) as one,
             open_redis_state(server.url, config=FAST) as two,
         ):
+            board_one, board_two = one.load, two.load
+            assert isinstance(board_one, RedisLoadBoard) and isinstance(board_two, RedisLoadBoard)
             one.load.acquire("w1", 10)
             two.load.acquire("w1", 1)
             await eventually(lambda: one.load.get("w1") == WorkerLoad(2, 11))
             await asyncio.to_thread(server.stop)
-            await eventually(lambda: one.load.degraded)
+            await eventually(lambda: board_one.degraded)
             assert one.load.get("w1") == WorkerLoad(1, 10)
             one.load.acquire("w1", 10)  # requests are still accounted while degraded
             await asyncio.to_thread(server.start)
-            await eventually(lambda: not one.load.degraded and not two.load.degraded, timeout_s=20)
+            await eventually(lambda: not board_one.degraded and not board_two.degraded, timeout_s=20)
             await eventually(lambda: two.load.get("w1") == WorkerLoad(3, 21))
     finally:
         await asyncio.to_thread(server.stop)

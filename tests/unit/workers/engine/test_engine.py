@@ -108,3 +108,24 @@ async def test_stop_ends_streams_in_flight_with_abort() -> None:
     await eng.stop()
     rest = [c async for c in stream]
     assert rest[-1].finish_reason is FinishReason.ABORT
+
+
+async def test_a_failing_step_aborts_its_requests_and_the_engine_keeps_serving(
+    engine: TorchEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = engine.core.runner
+    real_run = runner.run
+    calls = []
+
+    def fail_once(*args: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("injected step failure")
+        return real_run(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "run", fail_once)
+    failed = await _collect(engine, _req("boom"))
+    assert [c.finish_reason for c in failed] == [FinishReason.ABORT]
+    assert engine.load().kv_usage == 0
+    after = await _collect(engine, _req("fine"))
+    assert after[-1].finish_reason is FinishReason.LENGTH
