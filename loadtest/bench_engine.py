@@ -13,6 +13,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
+
 from workers.engine.core import EngineCore
 from workers.engine.serve import EngineOptions, build_engine_from_options
 from workers.engine_api import GenerationRequest, SamplingParams
@@ -54,15 +56,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--decode-tokens", type=int, default=32)
     parser.add_argument("--long-prompt", type=int, default=1024, help="prompt length of the TTFT runs")
     parser.add_argument("--chunk", type=int, default=1024, help="tokens computed per step (prefill chunk)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: half the cores)"
+    )
     args = parser.parse_args(argv)
     options = EngineOptions(
-        model=args.model, device=args.device, kv_tokens=32768, max_batched_tokens=args.chunk
+        model=args.model,
+        device=args.device,
+        kv_tokens=32768,
+        max_batched_tokens=args.chunk,
+        cpu_threads=args.threads,
     )
     engine = build_engine_from_options(options)
     core, vocab = engine.core, engine.bundle.tokenizer.vocab_size
     rng = random.Random(0)
     _run(core, _prompts(rng, 1, 32, vocab), 2, "warmup")
-    print(f"model {engine.model_id}, device {args.device}, prefill chunk {args.chunk} tokens")
+    threads = torch.get_num_threads()
+    print(f"model {engine.model_id}, {args.device} ({threads} threads), prefill chunk {args.chunk} tokens")
     for batch in (1, 8):
         prompts = _prompts(rng, batch, args.prompt_tokens, vocab)
         prefill = _run(core, prompts, 1, f"p{batch}")

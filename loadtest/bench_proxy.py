@@ -107,18 +107,24 @@ async def _read_response(reader: asyncio.StreamReader) -> None:
             return
 
 
-async def _client_conn(port: int, request: bytes, deadline: float, latencies: list[float]) -> int:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def _client_conn(
+    port: int, request: bytes, deadline: float, latencies: list[float], errors: list[str]
+) -> int:
+    """Send requests back to back on one keep-alive connection until ``deadline``; reconnect on errors."""
     done = 0
-    try:
-        while time.perf_counter() < deadline:
-            start = time.perf_counter()
-            writer.write(request)
-            await _read_response(reader)
-            latencies.append(time.perf_counter() - start)
-            done += 1
-    finally:
-        writer.close()
+    while time.perf_counter() < deadline:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            while time.perf_counter() < deadline:
+                start = time.perf_counter()
+                writer.write(request)
+                await _read_response(reader)
+                latencies.append(time.perf_counter() - start)
+                done += 1
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            errors.append(repr(exc))
+        finally:
+            writer.close()
     return done
 
 
@@ -129,12 +135,13 @@ async def _run_client(port: int, connections: int, duration_s: float, stream: bo
         b"content-length: %d\r\n\r\n%s" % (len(body), body)
     )
     warm: list[float] = []
-    await _client_conn(port, request, time.perf_counter() + 0.3, warm)
+    errors: list[str] = []
+    await _client_conn(port, request, time.perf_counter() + 0.3, warm, errors)
     latencies: list[float] = []
     start = time.perf_counter()
     deadline = start + duration_s
     counts = await asyncio.gather(
-        *(_client_conn(port, request, deadline, latencies) for _ in range(connections))
+        *(_client_conn(port, request, deadline, latencies, errors) for _ in range(connections))
     )
     elapsed = time.perf_counter() - start
     latencies.sort()
@@ -143,6 +150,7 @@ async def _run_client(port: int, connections: int, duration_s: float, stream: bo
         "rps": sum(counts) / elapsed,
         "p50_ms": latencies[len(latencies) // 2] * 1e3,
         "p99_ms": latencies[int(len(latencies) * 0.99)] * 1e3,
+        "errors": float(len(errors)),
     }
 
 
@@ -240,7 +248,8 @@ def _bench(fleet: _Fleet, duration_s: float, connections: int) -> list[str]:
         rows.append(
             f"| {'stream' if stream else 'non-stream':10} | {direct['p50_ms']:6.3f} | {via['p50_ms']:6.3f} | "
             f"{via['p50_ms'] - direct['p50_ms']:+6.3f} | {direct['p99_ms']:6.3f} | {via['p99_ms']:6.3f} | "
-            f"{many['rps']:8.0f} | {many['p50_ms']:6.2f} | {cpu_us:6.0f} |"
+            f"{many['rps']:8.0f} | {many['p50_ms']:6.2f} | {cpu_us:6.0f} | "
+            f"{many['errors'] + via['errors']:.0f} |"
         )
     return rows
 
@@ -277,8 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"gateway overhead, {args.num_workers} {args.workers} workers, {args.duration_s:g}s per cell, "
         f"{os.cpu_count()} CPUs\n"
         f"| mode       | direct p50 ms | gw p50 ms | added p50 | direct p99 | gw p99 | "
-        f"req/s @{args.connections} | p50 @{args.connections} | gw CPU µs/req |\n"
-        "|---|---|---|---|---|---|---|---|---|\n"
+        f"req/s @{args.connections} | p50 @{args.connections} | gw CPU µs/req | errors |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
         + "\n".join(rows) + "\n"
     )  # fmt: skip
     return 0

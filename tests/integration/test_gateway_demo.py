@@ -20,11 +20,14 @@ pytestmark = pytest.mark.integration
 
 def test_demo_prints_working_commands_and_stops_its_workers(tmp_path: Path) -> None:
     log = tmp_path / "demo.log"
-    port = free_port()
-    demo = start_process(kvgate_cmd("demo", "--port", str(port)), log=log)
-    base = f"http://127.0.0.1:{port}"
+    demo = start_process(kvgate_cmd("demo", "--port", str(free_port())), log=log)
     try:
-        wait_until(lambda: http_ok(f"{base}/ready") or demo.poll() is not None, timeout_s=90)
+        # The demo picks another port when the asked one is taken: read the one it printed.
+        wait_until(lambda: "gateway on http" in log.read_text() or demo.poll() is not None, timeout_s=90)
+        found = re.search(r"gateway on (http://127\.0\.0\.1:\d+)", log.read_text())
+        assert found is not None, log.read_text()
+        base = found.group(1)
+        wait_until(lambda: http_ok(f"{base}/ready") or demo.poll() is not None, timeout_s=60)
         text = log.read_text()
         assert demo.poll() is None, text
         workers = [w["url"] for w in httpx.get(f"{base}/admin/workers").json()["workers"]]

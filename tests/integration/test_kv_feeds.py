@@ -181,3 +181,16 @@ async def test_a_prediction_made_on_one_replica_is_seen_by_another(
         assert gpu_blocks(one, "reg-a", [1, 2, 3]) == 3  # local at once
         await eventually(lambda: gpu_blocks(two, "reg-a", [1, 2, 3]) == 3)
         assert gpu_blocks(one, "reg-b", [1]) == 0
+
+
+async def test_a_replica_that_stops_hands_its_relay_leases_over(
+    worker: FakeKVWorker, client: httpx.AsyncClient, redis_url: str
+) -> None:
+    worker.tiers = {"gpu": [1]}
+    redis = Redis.from_url(redis_url)
+    slow = KVServiceConfig(backoff_initial_s=0.05, backoff_max_s=0.2, relay_lease_s=60.0)
+    async with open_kv_service(state_url=redis_url, block_size=16, client=client, config=slow) as one:
+        one.add_worker("reg-a", worker.url)
+        await eventually(lambda: worker.num_subscribers == 1)
+    assert await redis.get("kvgate:relay:reg-a") is None  # not left to expire in 60 s
+    await redis.aclose()

@@ -211,6 +211,52 @@ class BlockManager:
             if block.ref_count == 0:
                 self._free[block_id] = None
 
+    def block_of(self, block_hash: int) -> int | None:
+        """The block holding ``block_hash``'s KV, or None when it is not cached."""
+        return self._cache.get(block_hash)
+
+    def import_blocks(self, chain: Sequence[int], start: int) -> list[int | None]:
+        """Register ``chain[start:]`` as cached blocks whose KV the caller writes (a shared-tier pull).
+
+        The cached blocks of ``chain[:start]`` are first moved to the back of the free queue so the import
+        cannot evict its own prefix. Each imported hash takes the least recently freed block, unreferenced
+        and cached, so the next ``allocate`` of a prompt with this prefix finds it as a hit. Stops early
+        when free blocks run out.
+
+        Returns:
+            One entry per hash of ``chain[start:]``: the block to write its KV into, or None when the hash
+            was cached already (nothing to write). Shorter than ``chain[start:]`` when blocks ran out.
+        """
+        protected = 0  # blocks at the back of the free queue that must stay
+        for h in chain[:start]:
+            block_id = self._cache.get(h)
+            if block_id is not None and block_id in self._free:
+                self._free.move_to_end(block_id)
+                protected += 1
+        out: list[int | None] = []
+        stored: list[int] = []
+        removed: list[int] = []
+        for h in chain[start:]:
+            if h in self._cache:
+                out.append(None)
+                continue
+            if len(self._free) <= protected:
+                break
+            block_id, _ = self._free.popitem(last=False)
+            block = self._blocks[block_id]
+            if block.block_hash is not None:
+                removed.append(block.block_hash)
+                del self._cache[block.block_hash]
+            block.block_hash = h
+            self._cache[h] = block_id
+            self._free[block_id] = None  # cached and unreferenced, most recently used
+            protected += 1
+            out.append(block_id)
+            stored.append(h)
+        self._emit(EventType.REMOVED, removed)
+        self._emit(EventType.STORED, stored)
+        return out
+
     def clear_cache(self) -> int:
         """Forget every unreferenced cached block (emits ``removed``); returns how many were dropped."""
         dropped = [h for h, b in self._cache.items() if self._blocks[b].ref_count == 0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Sequence as Seq
+from collections.abc import Callable, Sequence as Seq
 from dataclasses import dataclass, field
 
 import torch
@@ -89,10 +89,13 @@ class EngineCore:
         self._aborts: deque[str] = deque()
         self._requests: dict[str, _Request] = {}
         self._events = events
+        self._calls: deque[Callable[[], None]] = deque()
+        self.step_hooks: list[Callable[[StepResult], None]] = []
+        """Called on the step thread with each step's result (the KV connector pushes from here)."""
 
     @property
     def has_work(self) -> bool:
-        return bool(self._incoming or self._aborts or self.scheduler.has_work)
+        return bool(self._incoming or self._aborts or self._calls or self.scheduler.has_work)
 
     @property
     def num_pending(self) -> int:
@@ -102,12 +105,18 @@ class EngineCore:
         """Queue a validated request for the next step."""
         self._incoming.append(request)
 
+    def run_in_step(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the step thread at the start of the next step, before admissions."""
+        self._calls.append(fn)
+
     def abort(self, request_id: str) -> None:
         """Drop a request at the next step and free its blocks."""
         self._aborts.append(request_id)
 
     def step(self) -> StepResult:
         """Admit and abort queued requests, run one batch, and return the chunks and events produced."""
+        while self._calls:
+            self._calls.popleft()()
         self._drain_queues()
         items = self.scheduler.schedule()
         chunks: list[tuple[str, GenerationChunk]] = []
@@ -115,7 +124,10 @@ class EngineCore:
             tables = [self.scheduler.blocks.block_table(item.seq.seq_id) for item in items]
             logits = self.runner.run(items, tables)
             chunks = self._process(items, logits)
-        return StepResult(chunks, self._events.drain())
+        result = StepResult(chunks, self._events.drain())
+        for hook in self.step_hooks:
+            hook(result)
+        return result
 
     def abort_all(self) -> list[tuple[str, GenerationChunk]]:
         """Finish every request with ``abort`` (shutdown, or recovery after a failed step)."""

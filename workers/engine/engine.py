@@ -3,6 +3,9 @@
 The step (model forward, sampling) runs in a worker thread through ``asyncio.to_thread`` so the HTTP
 loop keeps serving while the CPU or GPU computes; everything else (queues, events, the cached-hash
 snapshot) stays on the event loop. Each request's ``generate`` waits only on its own queue of chunks.
+
+With a ``KVConnector`` (a shared tier), a request first pulls the prefix blocks the tier holds and only
+then reaches the scheduler; a one-token request (a PD prefill) answers once its blocks are in the tier.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from gateway.kvcontract.events import EventType
 from gateway.tokenize.bundle import TokenizerBundle
 from workers.engine.core import EngineCore, StepResult
+from workers.engine.kv_connector import KVConnector
 from workers.engine_api import (
     ContextTooLongError,
     EventHub,
@@ -44,10 +48,19 @@ class TorchEngine:
         core: the synchronous engine (model runner, scheduler, block manager).
         bundle: the tokenizer and chat template the served token ids belong to.
         identity: model id, worker id and vocabulary size.
+        connector: the shared KV tier's connector (None: no tier).
     """
 
-    def __init__(self, core: EngineCore, bundle: TokenizerBundle, identity: EngineIdentity) -> None:
+    def __init__(
+        self,
+        core: EngineCore,
+        bundle: TokenizerBundle,
+        identity: EngineIdentity,
+        connector: KVConnector | None = None,
+    ) -> None:
         self._core = core
+        self._connector = connector
+        self._pulls: set[asyncio.Task[None]] = set()
         self._bundle = bundle
         self._identity = identity
         self._hub = EventHub()
@@ -81,14 +94,34 @@ class TorchEngine:
     def core(self) -> EngineCore:
         return self._core
 
+    @property
+    def connector(self) -> KVConnector | None:
+        """The shared KV tier's connector, if one is configured."""
+        return self._connector
+
     def generate(self, request: GenerationRequest) -> TorchStream:
         """Validate and queue ``request`` (raises at once on bad input); returns its chunk stream."""
         self._validate(request)
         queue: asyncio.Queue[GenerationChunk] = asyncio.Queue()
         self._queues[request.request_id] = queue
-        self._core.submit(request)
-        self._wake.set()
-        return TorchStream(self, request.request_id, queue)
+        if self._connector is None:
+            self._core.submit(request)
+            self._wake.set()
+            return TorchStream(self, request.request_id, queue)
+        task = asyncio.get_running_loop().create_task(self._pull_then_submit(self._connector, request))
+        self._pulls.add(task)
+        task.add_done_callback(self._pulls.discard)
+        durable = self._connector if request.sampling.max_tokens == 1 else None
+        return TorchStream(self, request.request_id, queue, durable)
+
+    async def _pull_then_submit(self, connector: KVConnector, request: GenerationRequest) -> None:
+        try:
+            await connector.pull(request)
+        except Exception:  # a failed pull is a miss: compute the prompt
+            logger.exception("KV tier pull failed for %s", request.request_id)
+        if request.request_id in self._queues:  # not aborted meanwhile
+            self._core.submit(request)
+            self._wake.set()
 
     def abort(self, request_id: str) -> None:
         """Abort a request in flight (its stream ends without a final chunk); no-op once it finished."""
@@ -114,6 +147,8 @@ class TorchEngine:
         return self._hub.subscribe()
 
     async def start(self) -> None:
+        if self._connector is not None:
+            await self._connector.start(self._hub.publish)
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="kvgate-engine-loop")
 
@@ -124,7 +159,12 @@ class TorchEngine:
             self._wake.set()
             await self._task
             self._task = None
+        for task in list(self._pulls):
+            task.cancel()
+        await asyncio.gather(*self._pulls, return_exceptions=True)
         self._deliver(StepResult(chunks=self._core.abort_all()))
+        if self._connector is not None:
+            await self._connector.aclose()
         self._hub.close()
 
     # -- internals -------------------------------------------------------------------------------------
@@ -178,12 +218,19 @@ class TorchEngine:
 class TorchStream:
     """One request's chunks; ``aclose`` aborts the sequence (freeing its blocks) unless it finished."""
 
-    __slots__ = ("_engine", "_finished", "_queue", "_request_id")
+    __slots__ = ("_durable", "_engine", "_finished", "_queue", "_request_id")
 
-    def __init__(self, engine: TorchEngine, request_id: str, queue: asyncio.Queue[GenerationChunk]) -> None:
+    def __init__(
+        self,
+        engine: TorchEngine,
+        request_id: str,
+        queue: asyncio.Queue[GenerationChunk],
+        durable: KVConnector | None = None,
+    ) -> None:
         self._engine = engine
         self._request_id = request_id
         self._queue = queue
+        self._durable = durable  # settle its pushes before the last chunk (a PD prefill answer)
         self._finished = False
 
     def __aiter__(self) -> TorchStream:
@@ -195,6 +242,8 @@ class TorchStream:
         chunk = await self._queue.get()
         if chunk.finish_reason is not None:
             self._finished = True
+            if self._durable is not None:
+                await self._durable.settle()
         return chunk
 
     async def aclose(self) -> None:

@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 import torch
@@ -20,12 +21,14 @@ from workers.engine.config import ModelConfig
 from workers.engine.core import EngineCore, EventBuffer
 from workers.engine.engine import EngineIdentity, TorchEngine
 from workers.engine.kv_cache import PagedKVCache, bytes_per_token
+from workers.engine.kv_connector import KVConnector
 from workers.engine.llama import LlamaForCausalLM
 from workers.engine.loader import ModelSource, load_model, resolve_source
 from workers.engine.model_runner import ModelRunner
 from workers.engine.scheduler import Scheduler, SchedulerConfig
 from workers.engine_api import Engine
 from workers.kernels.dispatch import select_kernels
+from workers.kvtier.factory import TierSettings
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +53,8 @@ class EngineOptions:
     max_batched_tokens: int = DEFAULT_CHUNK_TOKENS
     seed: int = 0
     cpu_threads: int | None = None  # torch intra-op threads on CPU; default: half the cores
+    kv_tier: str | None = None  # shared DRAM tier, redis://… (workers.engine.kv_connector)
+    ssd_dir: str | None = None  # shared SSD tier directory
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> EngineOptions:
@@ -64,6 +69,8 @@ class EngineOptions:
             max_model_len=getattr(args, "max_model_len", None),
             max_running=getattr(args, "max_running", 32),
             seed=getattr(args, "seed", 0),
+            kv_tier=getattr(args, "kv_tier", None),
+            ssd_dir=getattr(args, "ssd_dir", None),
         )
 
 
@@ -106,7 +113,17 @@ def build_engine_from_options(options: EngineOptions) -> TorchEngine:
         "engine: model %s on %s (%s), %d KV blocks of %d tokens, max_model_len %d",
         model_id, device, dtype, num_blocks, options.block_size, max_len,
     )  # fmt: skip
-    return TorchEngine(core, bundle, EngineIdentity(model_id, options.worker_id, config.vocab_size))
+    identity = EngineIdentity(model_id, options.worker_id, config.vocab_size)
+    return TorchEngine(core, bundle, identity, _connector(options, core, model_id))
+
+
+def _connector(options: EngineOptions, core: EngineCore, model_id: str) -> KVConnector | None:
+    """The shared KV tier's connector when ``--kv-tier`` or ``--ssd-dir`` is given."""
+    if options.kv_tier is None and options.ssd_dir is None:
+        return None
+    ssd = Path(options.ssd_dir) if options.ssd_dir is not None else None
+    settings = TierSettings(model_id, redis_url=options.kv_tier, ssd_dir=ssd)
+    return KVConnector(core, settings, worker_id=options.worker_id)
 
 
 def _build_core(

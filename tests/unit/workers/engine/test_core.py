@@ -133,3 +133,34 @@ def test_stored_events_name_the_cached_blocks(model, prompts) -> None:
         stored += [h for e in core.step().events for h in e.hashes]
     assert stored == core.scheduler.blocks.cached_hashes()
     assert len(stored) == (len(prompts[0]) + 3 - 1) // 4
+
+
+def test_random_workload_with_aborts_under_pressure_keeps_outputs_and_leaks_nothing(model) -> None:
+    rng = torch.Generator().manual_seed(11)
+    base = torch.randint(0, 256, (9,), generator=rng).tolist()
+    prompts = [base[: int(torch.randint(1, 9, (1,), generator=rng))] + [i] * (i % 5 + 1) for i in range(10)]
+    roomy = build_core(model, num_blocks=128, block_size=4)
+    expected = _run_all(roomy, prompts)
+    tight = build_core(model, num_blocks=10, block_size=4, max_batched_tokens=7, max_num_seqs=6)
+    for i, p in enumerate(prompts):
+        tight.submit(greedy_request(f"r{i}", p, MAX_TOKENS))
+    aborted = {"r3", "r7"}
+    out: dict[str, list] = {}
+    cached: set[int] = set()
+    for step in range(10_000):
+        if not tight.has_work:
+            break
+        if step == 5:
+            for rid in aborted:
+                tight.abort(rid)
+        result = tight.step()
+        for event in result.events:
+            (cached.update if event.type.value == "stored" else cached.difference_update)(event.hashes)
+        for rid, chunk in result.chunks:
+            out.setdefault(rid, []).append(chunk)
+    for i in range(len(prompts)):
+        if f"r{i}" not in aborted:
+            assert tokens_of(out[f"r{i}"]) == expected[i], i
+    assert tight.scheduler.num_preemptions > 0
+    assert tight.scheduler.blocks.num_free_blocks == 10
+    assert cached == set(tight.scheduler.blocks.cached_hashes())
