@@ -17,6 +17,7 @@ import httpx
 import openai
 import pytest
 import redis
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, stop_process, wait_until
 from tests.support.redis_server import RedisServer
@@ -75,7 +76,7 @@ def fleet(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
             stop_process(proc)
 
 
-def _messages(question: str) -> list[dict[str, str]]:
+def _messages(question: str) -> list[ChatCompletionMessageParam]:
     """A prompt sharing no block with the other tests' (the question leads the system prompt)."""
     return [{"role": "system", "content": f"[{question}] {SYSTEM}"}, {"role": "user", "content": question}]
 
@@ -98,7 +99,7 @@ def test_non_streaming_pd_request(fleet: PDFleet) -> None:
     raw = client.chat.completions.with_raw_response.create(
         model="kvgate-sim",
         messages=_messages("What is PD disaggregation?"),
-        max_tokens=12,  # type: ignore[arg-type]
+        max_tokens=12,
     )
     assert raw.headers["x-kvgate-worker"] == fleet.decode
     assert raw.headers["x-kvgate-prefill-worker"] == fleet.prefill
@@ -111,7 +112,7 @@ def test_non_streaming_pd_request(fleet: PDFleet) -> None:
     again = client.chat.completions.with_raw_response.create(
         model="kvgate-sim",
         messages=_messages("What is PD disaggregation?"),
-        max_tokens=12,  # type: ignore[arg-type]
+        max_tokens=12,
     )
     # The decode worker now holds the prompt itself: the policy skips the prefill step.
     assert again.headers["x-kvgate-worker"] == fleet.decode
@@ -126,7 +127,7 @@ def test_streaming_pd_request(fleet: PDFleet) -> None:
     client = openai.OpenAI(base_url=f"{fleet.gateway}/v1", api_key="unused", max_retries=0)
     with client.chat.completions.with_streaming_response.create(
         model="kvgate-sim",
-        messages=_messages("And how does streaming work?"),  # type: ignore[arg-type]
+        messages=_messages("And how does streaming work?"),
         max_tokens=12,
         stream=True,
         stream_options={"include_usage": True},
