@@ -37,6 +37,8 @@ class FaultReport:
     cut_streams: int = 0
     by_worker: dict[str, int] = field(default_factory=dict)
     notes: str = ""
+    #: requests the deliberately slow worker completed (slow-worker scenario only)
+    slow_served: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,12 +136,19 @@ async def slow_worker(cfg: FaultConfig) -> FaultReport:
         log_dir=cfg.log_dir / "slow_worker",
     )
     with launch(spec) as fleet:
-
-        async def fault() -> None:
-            return None
-
-        result = await _load_with_fault(fleet, cfg, True, fault)
-    return _report("slow worker", result, notes="worker 0 prefills at 30 tokens/s")
+        result = await _load_with_fault(fleet, cfg, True, _noop)
+        slow_id = fleet.worker_urls[0].removeprefix("http://")  # the gateway's default id is HOST:PORT
+    report = _report("slow worker", result, notes=f"worker {slow_id} prefills at 30 tokens/s")
+    return FaultReport(
+        report.name,
+        report.sent,
+        report.ok,
+        report.failed,
+        report.cut_streams,
+        report.by_worker,
+        report.notes,
+        slow_served=report.by_worker.get(slow_id, 0),
+    )
 
 
 def _raise_fd_limit(wanted: int) -> int:

@@ -52,9 +52,9 @@ async def test_slow_worker_is_routed_around(cfg: FaultConfig) -> None:
     assert report.failed == 0, report
     assert report.cut_streams == 0, report
     assert report.ok > 20
-    served = sorted(report.by_worker.values())
-    assert len(served) >= 2
-    assert served[0] < report.ok * 0.2  # the slow worker serves (almost) nothing
+    assert report.slow_served is not None
+    assert report.slow_served < report.ok * 0.1  # the slow worker serves (almost) nothing
+    assert sum(1 for n in report.by_worker.values() if n > 0) >= 2
 
 
 async def test_thousands_of_idle_connections_do_not_starve_requests(cfg: FaultConfig) -> None:

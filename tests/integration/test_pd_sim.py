@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import openai
@@ -19,7 +18,8 @@ import pytest
 import redis
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, stop_process, wait_until
+from tests.integration.pd_fleet import start as _start, wait_ready as _wait_ready
+from tests.support.procs import stop_process
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -35,19 +35,6 @@ class PDFleet:
     decode: str
     reference: str  # base URL of the standalone worker
     prefill_proc: subprocess.Popen[bytes]
-
-
-def _start(args: list[str], log: Path, procs: list[subprocess.Popen[bytes]]) -> str:
-    port = free_port()
-    proc = start_process(kvgate_cmd(*args, "--port", str(port)), log=log)
-    procs.append(proc)
-    return f"127.0.0.1:{port}"
-
-
-def _wait_ready(url: str, procs: list[subprocess.Popen[bytes]], logs: Path) -> None:
-    wait_until(lambda: http_ok(url) or any(p.poll() is not None for p in procs), timeout_s=60)
-    if any(p.poll() is not None for p in procs):
-        raise RuntimeError("\n".join(f.read_text(errors="replace") for f in logs.glob("*.log")))
 
 
 @pytest.fixture(scope="module")
