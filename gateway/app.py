@@ -35,7 +35,9 @@ class GatewayApp(Starlette):
 
     Those endpoints answer every error themselves (``CompletionEndpoint``), so the middleware stack and
     route matching would only add per-request cost on the hot path; every other route goes through
-    Starlette as usual.
+    Starlette as usual. Cross-cutting layers (auth, rate limits, tracing) therefore wrap this app from
+    outside as plain ASGI middleware (``gateway.security.setup.wrap_app``); one added with
+    ``add_middleware`` would not see the completion routes.
     """
 
     def __init__(self, *, fast_routes: dict[str, CompletionEndpoint], **kwargs: Any) -> None:

@@ -130,6 +130,8 @@ def from_args(args: argparse.Namespace) -> Settings:
         raise ConfigError("--retries must be >= 0")
     if args.block_size <= 0:
         raise ConfigError("--block-size must be > 0")
+    if args.state != "memory" and not args.state.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(f"--state {args.state!r} is not understood; use 'memory' or 'redis://HOST:PORT/DB'")
     return Settings(
         host=args.host,
         port=args.port,

@@ -8,7 +8,8 @@ the *rebalanced* one lets ``gateway.fleet.pools`` move them. The open-loop workl
 1. prefill-heavy: long unique prompts (``--long-prompt`` tokens), few output tokens;
 2. decode-heavy: short prompts, many output tokens (``ignore_eos``), so decode batch slots saturate.
 
-Per configuration and phase: completed requests, output tokens/s, TTFT p50/p95, and the pool moves seen.
+Per configuration and phase: completed requests, output tokens/s (the phase's output tokens over the time
+from the phase's start until its last request finished), TTFT p50/p95, and the pool moves seen.
 
 Run: ``python -m loadtest.bench_pd --phase-s 20 --rate 6`` (about 2 x (2 x phase-s + 10) seconds).
 """
@@ -105,7 +106,9 @@ def summarize(records: list[RequestRecord], phase_s: float, names: Sequence[str]
                 "phase": name,
                 "sent": len(mine),
                 "ok": len(ok),
-                "out_tok_s": sum(r.completion_tokens for r in ok) / phase_s,
+                # output tokens over the time until the phase's last request finished
+                "out_tok_s": sum(r.completion_tokens for r in ok)
+                / max((max((r.start_s + r.e2e_s for r in ok), default=0.0) - i * phase_s), 1e-9),
                 "ttft_p50": statistics.median(ttft) if ttft else float("nan"),
                 "ttft_p95": _pct(ttft, 0.95),
                 "e2e_p50": statistics.median([r.e2e_s for r in ok]) if ok else float("nan"),

@@ -9,6 +9,13 @@ answers a canned completion) or sim workers (``--workers sim``), the gateway (``
 - gateway CPU per request (µs, from ``/proc/<pid>/stat``: the steadier figure on a shared 2-core VM).
 
 Usage: ``python -m loadtest.bench_proxy [--duration-s 5] [--connections 64] [--workers mock|sim]``.
+
+Measured 2026-12-02 on the shared 2-core VM (load average 7-9 from other jobs, so req/s is noisy; the
+load client shares the two cores), 4 mock workers, round_robin, ``--duration-s 5``: non-streaming
++0.33 ms added p50 at 1 connection, 1,772 req/s at 64 connections, 198 µs gateway CPU per request;
+streaming +0.69 ms, 1,667 req/s, 222 µs. A plain aiohttp pass-through proxy measured 211-228 µs per
+request under the same conditions; the first version of this gateway (aiohttp client, full Starlette
+stack) 507-671 µs.
 """
 
 from __future__ import annotations

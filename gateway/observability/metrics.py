@@ -7,7 +7,7 @@ a collector, so they cost nothing per request.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -25,9 +25,10 @@ _BREAKER_VALUE = {BreakerState.CLOSED: 0.0, BreakerState.HALF_OPEN: 1.0, Breaker
 class FleetCollector(Collector):
     """Scrape-time gauges of every worker: in flight, healthy, breaker state, queue, KV usage."""
 
-    def __init__(self, fleet: Fleet, load: LoadBoard) -> None:
+    def __init__(self, fleet: Fleet, load: LoadBoard, degraded: Callable[[], bool]) -> None:
         self._fleet = fleet
         self._load = load
+        self._degraded = degraded
 
     def collect(self) -> Iterator[Metric]:
         inflight = GaugeMetricFamily(
@@ -49,7 +50,11 @@ class FleetCollector(Collector):
             breaker.add_metric([r.id], _BREAKER_VALUE[r.breaker.state])
             queue.add_metric([r.id], r.queue_depth)
             kv.add_metric([r.id], r.kv_usage)
-        yield from (inflight, healthy, breaker, queue, kv)
+        degraded = GaugeMetricFamily(
+            "kvgate_state_degraded", "1 while the shared state (Redis) is unreachable"
+        )
+        degraded.add_metric([], 1.0 if self._degraded() else 0.0)
+        yield from (inflight, healthy, breaker, queue, kv, degraded)
 
 
 class Metrics:
@@ -86,8 +91,11 @@ class Metrics:
         )
         self._cache: dict[tuple[str, ...], Counter | Histogram] = {}
 
-    def attach_fleet(self, fleet: Fleet, load: LoadBoard) -> None:
-        self.registry.register(FleetCollector(fleet, load))
+    def attach_fleet(
+        self, fleet: Fleet, load: LoadBoard, degraded: Callable[[], bool] = lambda: False
+    ) -> None:
+        """Expose the fleet's gauges, read at scrape time; ``degraded``: is the shared state down?"""
+        self.registry.register(FleetCollector(fleet, load, degraded))
 
     def _child(self, family: Counter | Histogram, *labels: str) -> Counter | Histogram:
         key = (family._name, *labels)

@@ -4,21 +4,25 @@ What it does:
     A cost model, not a threshold switch. For each healthy serving worker it estimates the time to first
     token in prefill-token units::
 
-        cost = backlog + uncached + tier_pull_cost * tier
+        cost = backlog + uncached + tier_pull_cost * tier + balance
         backlog = inflight_tokens + queue_depth * queued_request_tokens
+        balance = balance_weight * max(0, recent / mean_recent - 1) * mean_prompt
 
     where ``uncached`` are this request's prompt tokens in neither the worker's cache nor the shared tier,
-    and ``tier`` the tokens it would pull from the shared dram/ssd tier. Dividing by
-    ``prefill_tokens_per_s`` gives seconds (shown in the reason). The cheapest worker wins, so a warm
-    worker is preferred exactly as long as its extra queue costs less than the prefill it saves.
-    Hotspot guards: a worker loses its cache credit (``cost = backlog + prompt``) when its backlog exceeds
-    the fleet mean by more than ``hotspot_margin`` (and by more than ``hotspot_min_tokens``), or when the
-    prompt tokens this gateway routed to it recently (decayed with ``balance_half_life_s``) exceed the
-    fleet mean by more than ``balance_margin`` (and by more than ``balance_min_tokens``). The first guard
-    copies a hot prefix to a second, less loaded worker instead of queueing on one; the second keeps
-    sticky traffic (sessions, prefix groups, all of whose later requests follow their cache) spread
-    evenly over time, which an instantaneous backlog cannot see at moderate load. Ties go to the worker
-    with the least recent load, then to the seeded RNG.
+    and ``tier`` the tokens it would pull from the shared dram/ssd tier. ``recent`` is the worker's
+    in-flight tokens averaged over time (half-life ``balance_half_life_s``, sampled at every decision from
+    the load figures that gateway replicas share), ``mean_recent`` its fleet mean and ``mean_prompt`` the
+    mean recent prompt. Dividing by ``prefill_tokens_per_s`` gives
+    seconds (shown in the reason). The cheapest worker wins, so a warm worker is preferred exactly as long
+    as its extra queue costs less than the prefill it saves.
+    Hotspot guard: a worker whose backlog exceeds the fleet mean by more than ``hotspot_margin`` (and by
+    more than ``hotspot_min_tokens``) loses its cache credit, so a hot prefix gets copied to a second,
+    less loaded worker instead of queueing on one. The ``balance`` term keeps sticky traffic (sessions,
+    prefix groups: every later request follows its cache) spread evenly over time, which the
+    instantaneous backlog cannot see at moderate load: new sessions and cold prefixes, which save little
+    anywhere, go to the workers with the least recent load, while a deep conversation moves off its warm
+    worker only when that worker is far above the mean. Ties go to the worker with the least recent
+    load, then to the seeded RNG.
 
 Inputs (needs):
     Prompt token count, block hashes and per-worker prefix hits (worker cache and shared tier), and load.
@@ -31,22 +35,20 @@ Parameters:
     queued_request_tokens: prefill work assumed per request waiting in a worker's queue (default 256).
     hotspot_margin: relative excess over the mean backlog that marks a worker hot (default 0.5).
     hotspot_min_tokens: absolute excess over the mean backlog a hot worker must also have (default 4096).
-    balance_margin: relative excess over the mean recent load that marks a worker hot (default 0.1).
-    balance_min_tokens: absolute excess over the mean recent load a hot worker must also have
-        (default 16384).
-    balance_half_life_s: half-life of the recent-load figures, in seconds (default 30.0).
+    balance_weight: mean prompts charged per unit of relative excess over the mean recent load; 0 turns
+        the balance term off (default 3.0).
+    balance_half_life_s: half-life of the time-averaged load, in seconds (default 30.0).
 
 Example config:
     policy:
       type: prefix_cache_aware
-      params: {tier_pull_cost: 0.1, hotspot_margin: 0.5}
+      params: {tier_pull_cost: 0.1, hotspot_margin: 0.5, balance_weight: 3.0}
 
 Limitations:
     The estimate is only as good as the index's hits and the load figures; in-flight tokens count
     completion tokens as if they were prefill work. Predicted hits of requests still in flight are
-    credited as if already cached. The recent load is each gateway replica's own view (what it routed);
-    replicas balance their own shares. Inside ``pd_disaggregation`` the recent load is not tracked
-    (sub-policies get no routing hooks), so only the backlog guard applies there.
+    credited as if already cached. The time-averaged load is sampled when requests arrive, so it is
+    coarse at very low request rates, and it lags a worker that was just added by about a half-life.
 """
 
 from __future__ import annotations
@@ -59,7 +61,6 @@ from dataclasses import dataclass
 from policies.api import (
     Decision,
     Need,
-    Outcome,
     PolicyContext,
     Role,
     RouteRequest,
@@ -79,8 +80,7 @@ class CacheCostParams:
     queued_request_tokens: int = 256
     hotspot_margin: float = 0.5
     hotspot_min_tokens: int = 4096
-    balance_margin: float = 0.1
-    balance_min_tokens: int = 16384
+    balance_weight: float = 3.0
     balance_half_life_s: float = 30.0
 
     def validate(self) -> None:
@@ -88,48 +88,62 @@ class CacheCostParams:
             raise ValueError("prefill_tokens_per_s and balance_half_life_s must be > 0")
         if not 0.0 <= self.tier_pull_cost <= 1.0:
             raise ValueError("tier_pull_cost must be in [0, 1]")
-        if (
-            min(self.queued_request_tokens, self.hotspot_min_tokens, self.balance_min_tokens) < 0
-            or min(self.hotspot_margin, self.balance_margin) < 0
-        ):
-            raise ValueError("token counts and margins must be >= 0")
+        if self.queued_request_tokens < 0 or self.hotspot_min_tokens < 0:
+            raise ValueError("queued_request_tokens and hotspot_min_tokens must be >= 0")
+        if self.hotspot_margin < 0 or self.balance_weight < 0:
+            raise ValueError("hotspot_margin and balance_weight must be >= 0")
 
 
-class RecentLoad:
-    """Prompt tokens routed per worker, decaying exponentially with a half-life."""
+@dataclass(frozen=True, slots=True)
+class Recent:
+    """Recent load of a pool, in pool order, and the mean recent prompt (0 before any request)."""
 
-    __slots__ = ("_at", "_clock", "_load", "_rate")
+    load: Sequence[float]
+    mean_prompt: float
+
+
+class LoadHistory:
+    """Time-averaged in-flight tokens per worker and mean prompt size, sampled at every routing decision.
+
+    The in-flight figures come from the load snapshot, which gateway replicas share (Redis state), so every
+    replica converges on the same fleet-wide history instead of each balancing its own small share.
+    Averages are exponential with a half-life, weighted by the time between samples.
+    """
+
+    __slots__ = ("_at", "_avg", "_clock", "_prompt", "_rate")
 
     def __init__(self, half_life_s: float, clock: Callable[[], float]) -> None:
         self._rate = math.log(2.0) / half_life_s
         self._clock = clock
-        self._at = clock()
-        self._load: dict[WorkerId, float] = {}
+        self._at: float | None = None
+        self._avg: dict[WorkerId, float] = {}
+        self._prompt = 0.0
 
-    def _decay(self) -> None:
+    def observe(self, pool: Sequence[WorkerView], prompt_tokens: int) -> Recent:
+        """Fold the pool's current in-flight tokens in; returns the averages after this sample."""
         now = self._clock()
-        factor = math.exp(-self._rate * (now - self._at)) if now > self._at else 1.0
+        keep = 0.0 if self._at is None else math.exp(-self._rate * max(0.0, now - self._at))
         self._at = now
-        if factor < 1.0:
-            load = self._load
-            for wid in load:
-                load[wid] *= factor
-
-    def add(self, worker: WorkerId, tokens: int) -> None:
-        self._decay()
-        self._load[worker] = self._load.get(worker, 0.0) + tokens
-
-    def of(self, pool: Sequence[WorkerView]) -> list[float]:
-        """Each pool member's recent load, in pool order (0 for workers never routed to)."""
-        self._decay()
-        get = self._load.get
-        return [get(w.id, 0.0) for w in pool]
+        avg = self._avg
+        out = []
+        for w in pool:
+            value = avg.get(w.id, 0.0) * keep + w.inflight_tokens * (1.0 - keep)
+            avg[w.id] = value
+            out.append(value)
+        # The prompt mean uses a per-request weight: a burst of requests at one instant all count.
+        self._prompt += (prompt_tokens - self._prompt) * max(1.0 - keep, 0.01)
+        return Recent(out, self._prompt)
 
 
-def _hot(values: Sequence[float], margin: float, min_excess: float) -> list[bool]:
-    mean = sum(values) / len(values)
-    line = max(mean * (1.0 + margin), mean + min_excess)
-    return [v > line for v in values]
+def _balance(recent: Recent | None, weight: float) -> list[float] | None:
+    """Extra cost per pool member for recent load above the pool's mean (None: no term)."""
+    if recent is None or weight <= 0 or recent.mean_prompt <= 0:
+        return None
+    mean = sum(recent.load) / len(recent.load)
+    if mean <= 0:
+        return None
+    scale = weight * recent.mean_prompt
+    return [scale * (v / mean - 1.0) if v > mean else 0.0 for v in recent.load]
 
 
 def ttft_costs(
@@ -137,25 +151,24 @@ def ttft_costs(
     pool: Sequence[WorkerView],
     p: CacheCostParams,
     block_size: int,
-    recent: Sequence[float] | None = None,
+    recent: Recent | None = None,
 ) -> dict[WorkerId, float]:
     """Estimated time to first token per worker of a non-empty ``pool``, in prefill tokens.
 
-    ``recent`` is each pool member's recent load (``RecentLoad.of``); None disables that guard.
+    ``recent`` is the pool's recent load (``RecentLoad.of``); None leaves the balance term out.
     """
     prompt = max(req.num_prompt_tokens, len(req.block_hashes) * block_size)
     qtok = p.queued_request_tokens
     backlogs = [w.inflight_tokens + w.queue_depth * qtok for w in pool]
-    hot = _hot(backlogs, p.hotspot_margin, p.hotspot_min_tokens)
-    if recent is not None:
-        by_history = _hot(recent, p.balance_margin, p.balance_min_tokens)
-        hot = [a or b for a, b in zip(hot, by_history, strict=True)]
+    mean = sum(backlogs) / len(backlogs)
+    hot_line = max(mean * (1.0 + p.hotspot_margin), mean + p.hotspot_min_tokens)
+    balance = _balance(recent, p.balance_weight) or [0.0] * len(pool)
     pull = p.tier_pull_cost
     costs: dict[WorkerId, float] = {}
-    for w, backlog, is_hot in zip(pool, backlogs, hot, strict=True):
+    for w, backlog, extra in zip(pool, backlogs, balance, strict=True):
         rest = prompt - w.gpu_hit_blocks * block_size  # prompt tokens not in the worker's cache
         cost: float
-        if is_hot:
+        if backlog > hot_line:
             cost = backlog + prompt
         elif rest <= 0:
             cost = backlog
@@ -164,7 +177,7 @@ def ttft_costs(
             if tier > rest:
                 tier = rest
             cost = backlog + rest - tier + pull * tier
-        costs[w.id] = cost + 1.0
+        costs[w.id] = cost + extra + 1.0
     return costs
 
 
@@ -172,19 +185,19 @@ def cheapest(
     costs: dict[WorkerId, float],
     pool: Sequence[WorkerView],
     rng: random.Random,
-    recent: Sequence[float] | None = None,
+    recent: Recent | None = None,
 ) -> WorkerView:
     """The worker of least cost; among equals the least recently loaded, then a seeded draw."""
     best = min(costs.values())
-    tied = [(w, i) for i, w in enumerate(pool) if costs[w.id] <= best]
+    tied = [i for i, w in enumerate(pool) if costs[w.id] <= best]
     if recent is not None and len(tied) > 1:
-        least = min(recent[i] for _, i in tied)
-        tied = [(w, i) for w, i in tied if recent[i] <= least]
-    return choose_tied(rng, [w for w, _ in tied])
+        least = min(recent.load[i] for i in tied)
+        tied = [i for i in tied if recent.load[i] <= least]
+    return choose_tied(rng, [pool[i] for i in tied])
 
 
 class PrefixCacheAware:
-    """Lowest estimated time to first token: queue + uncached prefill + tier pulls, with hotspot guards."""
+    """Lowest estimated time to first token: queue + uncached prefill + tier pulls + balance."""
 
     name = "prefix_cache_aware"
     needs = NEEDS
@@ -196,26 +209,21 @@ class PrefixCacheAware:
         self._rng = ctx.rng
         self._block_size = ctx.block_size
         self._roles = roles
-        self._recent = RecentLoad(params.balance_half_life_s, ctx.clock)
+        self._history = LoadHistory(params.balance_half_life_s, ctx.clock)
 
     def select(self, req: RouteRequest, workers: Sequence[WorkerView]) -> Decision:
         pool = candidates(workers, self._roles)
         if not pool:
             return Decision(worker=None, reason="no healthy serving worker")
-        recent = self._recent.of(pool)
+        recent = self._history.observe(
+            pool, max(req.num_prompt_tokens, len(req.block_hashes) * self._block_size)
+        )
         costs = ttft_costs(req, pool, self._p, self._block_size, recent)
         chosen = cheapest(costs, pool, self._rng, recent)
         best = costs[chosen.id]
         scores = {wid: best / c for wid, c in costs.items()}
         ms = best * 1000.0 / self._p.prefill_tokens_per_s
         return Decision(worker=chosen.id, scores=scores, reason=f"lowest estimated TTFT ({ms:.0f} ms)")
-
-    def on_routed(self, req: RouteRequest, decision: Decision) -> None:
-        if decision.worker is not None:
-            self._recent.add(decision.worker, max(1, req.num_prompt_tokens))
-
-    def on_finished(self, outcome: Outcome) -> None:
-        return None
 
 
 PLUGINS = (

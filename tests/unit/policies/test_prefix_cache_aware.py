@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from policies import PolicyContext, RouteRequest, WorkerId, WorkerView, build_policy
-from policies.builtin.prefix_cache_aware import CacheCostParams, ttft_costs
+from policies.builtin.prefix_cache_aware import CacheCostParams, LoadHistory, ttft_costs
 from tests.unit.policies.fleets import worker
 
 BS = 16
@@ -90,11 +90,75 @@ def test_ties_are_broken_by_the_seed_not_the_order() -> None:
 
 @pytest.mark.parametrize(
     "params",
-    [{"tier_pull_cost": 2.0}, {"prefill_tokens_per_s": 0}, {"hotspot_margin": -1}, {"bogus": 1}],
-    ids=["pull_cost_above_one", "zero_rate", "negative_margin", "unknown_key"],
+    [
+        {"tier_pull_cost": 2.0},
+        {"prefill_tokens_per_s": 0},
+        {"hotspot_margin": -1},
+        {"balance_weight": -1},
+        {"balance_half_life_s": 0},
+        {"bogus": 1},
+    ],
+    ids=[
+        "pull_cost_above_one",
+        "zero_rate",
+        "negative_margin",
+        "negative_balance",
+        "zero_half_life",
+        "unknown_key",
+    ],
 )
 def test_bad_params_stop_startup(params: dict[str, Any]) -> None:
     from policies import PolicyConfigError
 
     with pytest.raises(PolicyConfigError):
         build_policy({"type": "prefix_cache_aware", "params": params}, PolicyContext())
+
+
+def _history(policy: Any, now: list[float], loads: dict[str, int], seconds: int) -> None:
+    """Let ``policy`` see these in-flight tokens once a second for ``seconds`` (fake clock)."""
+    fleet = [worker(w, inflight_tokens=t) for w, t in loads.items()]
+    for _ in range(seconds):
+        now[0] += 1.0
+        policy.select(REQ, fleet)
+
+
+def _policy(now: list[float], **params: object) -> Any:
+    ctx = PolicyContext(rng=random.Random(0), block_size=BS, clock=lambda: now[0])
+    return build_policy({"type": "prefix_cache_aware", "params": params}, ctx)
+
+
+def test_cold_requests_go_to_the_least_loaded_worker_over_time() -> None:
+    now = [0.0]
+    policy = _policy(now)
+    _history(policy, now, {"a": 2000, "b": 1000, "c": 500}, seconds=60)
+    # Idle now, nothing cached: the bare cost model would draw at random; the history says "c".
+    assert policy.select(REQ, [worker("a"), worker("b"), worker("c")]).worker == "c"
+
+
+def test_new_sessions_leave_a_busy_warm_worker_but_deep_ones_stay() -> None:
+    now = [0.0]
+    policy = _policy(now)
+    # "a" carried 20% more than the mean for minutes: charged about 3 * 0.2 * 1024 = 614 tokens.
+    _history(policy, now, {"a": 1200, "b": 800}, seconds=300)
+    shared_system_prompt = [worker("a", gpu_hit_blocks=16), worker("b")]  # saves 256 tokens on "a"
+    assert policy.select(REQ, shared_system_prompt).worker == "b"
+    deep_history = [worker("a", gpu_hit_blocks=63), worker("b")]  # saves 1008 tokens on "a"
+    assert policy.select(REQ, deep_history).worker == "a"
+
+
+def test_balance_weight_zero_is_the_bare_cost_model() -> None:
+    now = [0.0]
+    policy = _policy(now, balance_weight=0.0)
+    _history(policy, now, {"a": 5000, "b": 0}, seconds=60)
+    assert policy.select(REQ, [worker("a", gpu_hit_blocks=16), worker("b")]).worker == "a"
+
+
+def test_load_history_is_a_time_weighted_average_with_a_half_life() -> None:
+    now = [0.0]
+    history = LoadHistory(half_life_s=10.0, clock=lambda: now[0])
+    first = history.observe([worker("a", inflight_tokens=800)], 100)
+    assert list(first.load) == [800.0] and first.mean_prompt == 100.0
+    now[0] = 10.0  # one half-life later the old figure weighs half
+    later = history.observe([worker("a", inflight_tokens=0), worker("new", inflight_tokens=60)], 300)
+    assert list(later.load) == pytest.approx([400.0, 30.0])
+    assert later.mean_prompt == pytest.approx(200.0)

@@ -100,3 +100,16 @@ async def test_admin_route_explains_without_forwarding() -> None:
     assert all("score" in w and "prefix_hit_tokens" in w for w in body["workers"])
     assert bad.status_code == 400
     assert a.bodies == [] and b.bodies == []
+
+
+async def test_redis_state_backend_serves_requests(redis_url: str) -> None:
+    a = FakeWorker("a", model="m1")
+    async with (
+        running(a),
+        serving(settings_for(a.url, state_url=redis_url)) as base,
+        httpx.AsyncClient() as client,
+    ):
+        resp = await client.post(f"{base}/v1/chat/completions", json=CHAT)
+        workers = (await client.get(f"{base}/admin/workers")).json()["workers"]
+    assert resp.status_code == 200
+    assert workers[0]["inflight"] == 0

@@ -88,6 +88,8 @@ def test_settings_from_args_and_validation(tmp_path: object) -> None:
         from_args(_args("--worker", "http://a:1", "--worker", "http://a:1"))
     with pytest.raises(ConfigError, match="idle-timeout"):
         from_args(_args("--worker", "http://a:1", "--idle-timeout-s", "0"))
+    with pytest.raises(ConfigError, match="--state"):
+        from_args(_args("--worker", "http://a:1", "--state", "postgres://x"))
 
 
 def test_policy_config_file(tmp_path: pytest.TempPathFactory) -> None:
