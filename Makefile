@@ -55,7 +55,7 @@ test: install redis ## install what tests need (Redis included) and run the whol
 	if [ $$rc -eq 5 ]; then echo "no tests were collected: that is a failure" >&2; exit 1; fi; exit $$rc
 
 test-gpu: install ## GPU kernel checks (needs CUDA)
-	$(BIN)/pytest tests/gpu -q -m gpu $(PYTEST_ARGS)
+	$(BIN)/pytest tests -q -m gpu $(PYTEST_ARGS)
 
 demo: install ## start a gateway in front of two local workers on 127.0.0.1
 	$(BIN)/kvgate demo

@@ -10,12 +10,12 @@ answers a canned completion) or sim workers (``--workers sim``), the gateway (``
 
 Usage: ``python -m loadtest.bench_proxy [--duration-s 5] [--connections 64] [--workers mock|sim]``.
 
-Measured 2026-12-02 on the shared 2-core VM (load average 7-9 from other jobs, so req/s is noisy; the
-load client shares the two cores), 4 mock workers, round_robin, ``--duration-s 5``: non-streaming
-+0.33 ms added p50 at 1 connection, 1,772 req/s at 64 connections, 198 µs gateway CPU per request;
-streaming +0.69 ms, 1,667 req/s, 222 µs. A plain aiohttp pass-through proxy measured 211-228 µs per
-request under the same conditions; the first version of this gateway (aiohttp client, full Starlette
-stack) 507-671 µs.
+Measured 2026-12-02 on the shared 2-core VM (load average 5-9 from other jobs, so req/s swings by 2x;
+the load client shares the two cores), 4 mock workers, round_robin, ``--duration-s 5``, three runs:
+non-streaming +0.25-0.33 ms added p50 at 1 connection, 1,772-6,120 req/s at 64 connections,
+168-198 µs gateway CPU per request; streaming +0.32-0.69 ms, 1,667-2,833 req/s, 222-247 µs. A plain
+aiohttp pass-through proxy measured 211-228 µs per request in the same hour; the first version of
+this gateway (aiohttp client, full Starlette stack) 507-671 µs.
 """
 
 from __future__ import annotations

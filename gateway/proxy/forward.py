@@ -2,7 +2,8 @@
 
 Each attempt holds the worker's in-flight accounting for exactly its own duration (``try/finally``), so a
 retried, failed, finished or cancelled request always releases it. Non-streaming answers are read whole
-and passed on; streaming ones go through ``proxy.stream.StreamRelay``.
+and passed on; streaming ones go through ``proxy.stream.StreamRelay``. Either way a client that leaves
+cancels the attempt, which closes the upstream connection (``proxy.disconnect``).
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from gateway.errors import NoHealthyWorker, UpstreamError, WorkerTimeout, Worker
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
 from gateway.openai.sse import cached_tokens_of
+from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure, backoff_s
 from gateway.proxy.h1 import H1Pool, Target
 from gateway.proxy.responses import Receive, Send, proxied_headers, send_whole
-from gateway.proxy.stream import Result, StreamRelay
+from gateway.proxy.stream import CLIENT_GONE, Result, StreamRelay
 from gateway.routing.pd import PD_HEADER, PrefillRunner, prefill_body
 from gateway.routing.router import Routed, Router
 from gateway.settings import RetrySettings, Timeouts
@@ -139,7 +141,10 @@ class Proxy:
                     routed, target, request, receive, send, want_usage=want_usage
                 )
             else:
-                result = await self._forward(routed, target, request, send, want_usage)
+                forwarded = await cancel_on_disconnect(
+                    self._forward(routed, target, request, send, want_usage), receive
+                )
+                result = forwarded if forwarded is not None else Result(CLIENT_GONE, ok=False)
         finally:
             self._load.release(worker, tokens)
             latency_s = time.perf_counter() - start

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from gateway.errors import WorkerTimeout, WorkerUnavailable
 from gateway.openai.sse import cached_tokens_in, ends_stream, error_frames
+from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure
 from gateway.proxy.h1 import H1Connection, H1Pool, Target
 from gateway.proxy.responses import SSE_TYPE, Receive, Send, proxied_headers, send_whole
@@ -32,11 +33,6 @@ class Result:
     ok: bool
     cached_tokens: int | None = None
     ttfb_s: float | None = None
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 class StreamRelay:
@@ -61,20 +57,11 @@ class StreamRelay:
         Raises:
             RetryableFailure: the worker failed before the first byte (nothing was sent).
         """
-        loop = asyncio.get_running_loop()
-        relay = loop.create_task(self._relay(routed, target, request, send, want_usage))
-        watcher = loop.create_task(_wait_disconnect(receive))
-        try:
-            await asyncio.wait((relay, watcher), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watcher.cancel()
-            if not relay.done():
-                relay.cancel()
-                await asyncio.wait((relay,))
-        if relay.cancelled():
+        result = await cancel_on_disconnect(self._relay(routed, target, request, send, want_usage), receive)
+        if result is None:
             logger.debug("client disconnected mid-stream", extra={"worker": routed.record.id})
             return Result(CLIENT_GONE, ok=False)
-        return relay.result()
+        return result
 
     async def _relay(
         self, routed: Routed, target: Target, request: bytes, send: Send, want_usage: bool

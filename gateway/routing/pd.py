@@ -8,7 +8,9 @@ serves the request alone, exactly as without PD):
    ``logprobs``-style fields dropped) and the header ``x-kvgate-pd: prefill``. The worker computes the
    prompt's KV, pushes the prompt's full blocks to the shared tier and answers only once that push is
    durable (acknowledged by the tier), so the decode worker will find them. The answer's body is
-   discarded; only its status matters.
+   discarded; only its status matters. (kvgate's workers need no header for this: the real engine holds
+   the last chunk of any one-token request until its pushes are durable, the sim holds every request's;
+   the header tells other engines and logs which half of a PD pair a request is.)
 2. **Decode.** The gateway then forwards the client's original bytes to the decode worker with the header
    ``x-kvgate-pd: decode``. On a local prefix miss the worker pulls the blocks the tier holds, loads them
    into its cache and computes only the rest, then streams (or returns) the answer, which the gateway
@@ -47,9 +49,7 @@ from gateway.state.protocols import LoadBoard
 logger = logging.getLogger(__name__)
 
 PD_HEADER: Final = "x-kvgate-pd"
-PREFILL_WORKER_HEADER: Final = b"x-kvgate-prefill-worker"
 PREFILL_HEADERS: Final = {"Content-Type": "application/json", PD_HEADER: "prefill"}
-DECODE_HEADERS: Final = {"Content-Type": "application/json", PD_HEADER: "decode"}
 _DROPPED: Final = ("stream_options", "max_completion_tokens", "n", "logprobs", "top_logprobs", "best_of")
 
 

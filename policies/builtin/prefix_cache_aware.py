@@ -96,7 +96,8 @@ class CacheCostParams:
 
 @dataclass(frozen=True, slots=True)
 class Recent:
-    """Recent load of a pool, in pool order, and the mean recent prompt (0 before any request)."""
+    """Recent load of a pool, in pool order, and the mean recent prompt scaled by how much history the
+    averages hold (0 before any request or time has passed)."""
 
     load: Sequence[float]
     mean_prompt: float
@@ -110,19 +111,20 @@ class LoadHistory:
     Averages are exponential with a half-life, weighted by the time between samples.
     """
 
-    __slots__ = ("_at", "_avg", "_clock", "_prompt", "_rate")
+    __slots__ = ("_at", "_avg", "_clock", "_count", "_prompt", "_rate", "_start")
 
     def __init__(self, half_life_s: float, clock: Callable[[], float]) -> None:
         self._rate = math.log(2.0) / half_life_s
         self._clock = clock
-        self._at: float | None = None
+        self._at = self._start = clock()  # averages start at 0 here: one snapshot is no history
         self._avg: dict[WorkerId, float] = {}
         self._prompt = 0.0
+        self._count = 0
 
     def observe(self, pool: Sequence[WorkerView], prompt_tokens: int) -> Recent:
         """Fold the pool's current in-flight tokens in; returns the averages after this sample."""
         now = self._clock()
-        keep = 0.0 if self._at is None else math.exp(-self._rate * max(0.0, now - self._at))
+        keep = math.exp(-self._rate * max(0.0, now - self._at))
         self._at = now
         avg = self._avg
         out = []
@@ -130,9 +132,12 @@ class LoadHistory:
             value = avg.get(w.id, 0.0) * keep + w.inflight_tokens * (1.0 - keep)
             avg[w.id] = value
             out.append(value)
-        # The prompt mean uses a per-request weight: a burst of requests at one instant all count.
-        self._prompt += (prompt_tokens - self._prompt) * max(1.0 - keep, 0.01)
-        return Recent(out, self._prompt)
+        # A plain mean over the first 100 prompts, then time-weighted (a burst at one instant still counts).
+        self._count += 1
+        self._prompt += (prompt_tokens - self._prompt) * max(1.0 - keep, 1.0 / min(self._count, 100))
+        # How much history the averages hold (0 at start, 1 after a few half-lives) scales the term.
+        confidence = 1.0 - math.exp(-self._rate * (now - self._start))
+        return Recent(out, self._prompt * confidence)
 
 
 def _balance(recent: Recent | None, weight: float) -> list[float] | None:

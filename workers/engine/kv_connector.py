@@ -57,6 +57,7 @@ class KVConnector:
         pull_latency_s: fixed cost of one batched read, for the pull-or-recompute plan.
         initial_pull_bps: assumed pull bandwidth until one is measured.
         initial_prefill_tps: assumed prefill rate until one is measured.
+        batch_bytes: the most bytes one tier read or write carries (a batch must fit the tier's deadline).
         clock: monotonic seconds.
     """
 
@@ -69,12 +70,14 @@ class KVConnector:
         pull_latency_s: float = 0.002,
         initial_pull_bps: float = 200e6,
         initial_prefill_tps: float = 2000.0,
+        batch_bytes: int = 8 << 20,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._core = core
         self._blocks = core.scheduler.blocks
         self._caches = core.runner.kv_cache.layers
         self._codec = BlockCodec(settings.model, KVGeometry.of(self._caches))
+        self._batch_blocks = max(1, batch_bytes // self._codec.value_bytes)
         self._settings = settings
         self._worker_id = worker_id
         self._latency_s = pull_latency_s
@@ -85,6 +88,7 @@ class KVConnector:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._from_tier: set[int] = set()  # pulled hashes: never pushed back
         self._pending: set[asyncio.Task[None]] = set()
+        self._submitted: dict[str, float] = {}  # request id -> when it reached the scheduler
         self.pulled_blocks = 0
         self.pushed_blocks = 0
 
@@ -110,9 +114,20 @@ class KVConnector:
     async def pull(self, request: GenerationRequest) -> int:
         """Fetch the blocks the tier holds after the local prefix and queue their install.
 
+        The request is assumed submitted right after: its time to the first token measures the prefill
+        rate the next plans use.
+
         Returns:
             Blocks queued for install (0: nothing worth pulling, or nothing there).
         """
+        try:
+            return await self._pull(request)
+        finally:
+            if len(self._submitted) > 4096:  # aborted before their first token: forget them
+                self._submitted.clear()
+            self._submitted[request.request_id] = self._clock()
+
+    async def _pull(self, request: GenerationRequest) -> int:
         tier, bs = self._tier, self._blocks.block_size
         prompt = request.prompt_token_ids
         if tier is None or len(prompt) <= bs:
@@ -126,7 +141,7 @@ class KVConnector:
             return 0
         wanted = hashes[local : local + plan.num_blocks]
         start = self._clock()
-        values = await tier.get_many(wanted)
+        values = await self._get(tier, wanted)
         good = _leading(values)
         host = self._decode([v for v in values[:good] if v is not None], wanted[:good])
         if host is None:
@@ -135,6 +150,17 @@ class KVConnector:
         n = host.shape[0]
         self._core.run_in_step(lambda: self._install(hashes[: local + n], local, host))
         return n
+
+    async def _get(self, tier: WritableTier, hashes: Sequence[int]) -> list[bytes | None]:
+        """Values of ``hashes`` in batches of at most ``batch_bytes``, stopping at the first miss."""
+        out: list[bytes | None] = []
+        step = self._batch_blocks
+        for i in range(0, len(hashes), step):
+            values = await tier.get_many(hashes[i : i + step])
+            out.extend(values)
+            if _leading(values) < len(values):
+                break
+        return out
 
     def _decode(self, values: list[bytes], hashes: Sequence[int]) -> torch.Tensor | None:
         """Host tensor of the leading run of values that pass their checks (None when none does)."""
@@ -169,7 +195,13 @@ class KVConnector:
     # -- push (step thread, then event loop) -------------------------------------------------------------
 
     def on_step(self, result: StepResult) -> None:
-        """Step thread: dump the blocks this step registered and hand them to the loop for the tier."""
+        """Step thread: learn the prefill rate; dump the blocks this step registered, for the tier."""
+        now = self._clock()
+        for request_id, chunk in result.chunks:
+            submitted = self._submitted.pop(request_id, None)
+            computed = chunk.num_prompt_tokens - chunk.num_cached_tokens
+            if submitted is not None and chunk.num_output_tokens == 1 and computed > 0:
+                self.prefill.observe(computed, now - submitted)
         hashes: list[int] = []
         ids: list[int] = []
         for event in result.events:
@@ -189,9 +221,11 @@ class KVConnector:
     def _push(self, blocks: list[tuple[int, bytes]]) -> None:
         if self._tier is None:
             return
-        task = asyncio.get_running_loop().create_task(self._put(self._tier, blocks))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        step = self._batch_blocks
+        for i in range(0, len(blocks), step):
+            task = asyncio.get_running_loop().create_task(self._put(self._tier, blocks[i : i + step]))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
 
     async def _put(self, tier: WritableTier, blocks: list[tuple[int, bytes]]) -> None:
         self.pushed_blocks += await tier.put_many(blocks)

@@ -109,7 +109,11 @@ def make_app(worker: FakeWorker) -> web.Application:
                 status=503, body=b'{"error":{"message":"busy"}}', content_type="application/json"
             )
         if worker.mode == "hang":
-            await asyncio.sleep(3600)
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                worker.cancelled += 1
+                raise
         if body.get("stream"):
             return await _stream(worker, request, body)
         worker.finished += 1
@@ -140,7 +144,9 @@ async def running(*workers: FakeWorker) -> AsyncIterator[tuple[FakeWorker, ...]]
     """Serve each fake worker on a free loopback port for the duration of the context."""
     try:
         for worker in workers:
-            worker.runner = web.AppRunner(make_app(worker), handle_signals=False, shutdown_timeout=0.1)
+            worker.runner = web.AppRunner(
+                make_app(worker), handle_signals=False, shutdown_timeout=0.1, handler_cancellation=True
+            )
             await worker.runner.setup()
             await web.TCPSite(worker.runner, "127.0.0.1", worker.port).start()
         yield workers

@@ -156,9 +156,11 @@ def test_balance_weight_zero_is_the_bare_cost_model() -> None:
 def test_load_history_is_a_time_weighted_average_with_a_half_life() -> None:
     now = [0.0]
     history = LoadHistory(half_life_s=10.0, clock=lambda: now[0])
+    assert list(history.observe([worker("a", inflight_tokens=800)], 100).load) == [0.0]  # no history yet
+    now[0] = 10.0  # one half-life on, the sample weighs half
     first = history.observe([worker("a", inflight_tokens=800)], 100)
-    assert list(first.load) == [800.0] and first.mean_prompt == 100.0
-    now[0] = 10.0  # one half-life later the old figure weighs half
+    assert list(first.load) == pytest.approx([400.0])
+    now[0] = 20.0
     later = history.observe([worker("a", inflight_tokens=0), worker("new", inflight_tokens=60)], 300)
-    assert list(later.load) == pytest.approx([400.0, 30.0])
-    assert later.mean_prompt == pytest.approx(200.0)
+    assert list(later.load) == pytest.approx([200.0, 30.0])
+    assert later.mean_prompt == pytest.approx((100 + (300 - 100) / 2) * 0.75)  # 2 half-lives: 3/4 there

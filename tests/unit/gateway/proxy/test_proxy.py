@@ -132,3 +132,14 @@ async def _true(value: bool) -> bool:
 
 async def _inflight_is(client: httpx.AsyncClient, base: str, num: int) -> bool:
     return int((await client.get(f"{base}/admin/workers")).json()["workers"][0]["inflight"]) == num
+
+
+async def test_client_leaving_a_non_streamed_request_cancels_upstream() -> None:
+    worker = FakeWorker("a", mode="hang")
+    slow_deadline = Timeouts(connect_s=1.0, ttfb_s=60.0, idle_s=60.0)  # only the disconnect can end it
+    settings = settings_for(worker.url, timeouts=slow_deadline)
+    async with running(worker), serving(settings) as base, httpx.AsyncClient() as client:
+        with pytest.raises(httpx.ReadTimeout):
+            await client.post(f"{base}/v1/chat/completions", json=CHAT, timeout=0.5)
+        await until(lambda: _true(worker.cancelled == 1))
+        await until(lambda: _inflight_is(client, base, 0))

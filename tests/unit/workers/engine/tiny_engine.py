@@ -72,14 +72,15 @@ def build_core(
     max_num_seqs: int = 32,
     decoder: Decoder | None = None,
 ) -> EngineCore:
+    device = next(model.parameters()).device
     kv = PagedKVCache.allocate(
-        model.config, num_blocks=num_blocks, block_size=block_size, device=CPU, dtype=torch.float32
+        model.config, num_blocks=num_blocks, block_size=block_size, device=device, dtype=torch.float32
     )
     events = EventBuffer()
     blocks = BlockManager(num_blocks, block_size, on_event=events.append, worker_id="w")
     scheduler = Scheduler(blocks, SchedulerConfig(max_batched_tokens, max_num_seqs))
     return EngineCore(
-        ModelRunner(model, kv, CPU), scheduler, decoder or ByteTokenizer(), events,
+        ModelRunner(model, kv, device), scheduler, decoder or ByteTokenizer(), events,
         eos_token_ids=(), max_model_len=num_blocks * block_size,
     )  # fmt: skip
 
