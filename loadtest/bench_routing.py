@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import sys
@@ -140,11 +141,20 @@ def imbalance(
     return max(per.values()) / (total / workers) if total else float("nan")
 
 
-def run_case(scenario: Scenario, case: Case, sessions: list[Session], out: Path) -> CaseResult:
+def run_case(
+    scenario: Scenario, case: Case, sessions: list[Session], out: Path, pca_params: str | None = None
+) -> CaseResult:
+    """One fresh fleet, one workload, one policy; ``pca_params`` (JSON) tunes ``prefix_cache_aware``."""
+    gateway_args: tuple[str, ...] = ()
+    if pca_params and case.policy == "prefix_cache_aware":
+        conf = out / "pca_policy.json"  # YAML is a superset of JSON
+        conf.write_text(json.dumps({"type": case.policy, "params": json.loads(pca_params)}), encoding="utf-8")
+        gateway_args = ("--policy-config", str(conf))
     spec = FleetSpec(
         workers=NUM_WORKERS,
         gateways=case.gateways,
         policy=case.policy,
+        gateway_args=gateway_args,
         worker_args=("--kv-tokens", str(KV_TOKENS), *SIM_ARGS),
         log_dir=out / "logs" / f"{scenario.name}-{case.policy}-{case.gateways}",
     )
@@ -220,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"from {', '.join(SCENARIOS)}")
     ap.add_argument("--cases", default=",".join(CASES), help=f"from {', '.join(CASES)}")
     ap.add_argument("--out", type=Path, default=Path("loadtest-results/bench_routing"))
+    ap.add_argument("--pca-params", help="prefix_cache_aware params as JSON, e.g. '{\"balance_weight\": 0}'")
     args = ap.parse_args(argv)
     names, cases = args.scenarios.split(","), args.cases.split(",")
     unknown = [n for n in names if n not in SCENARIOS] + [c for c in cases if c not in CASES]
@@ -233,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = []
         for key in cases:
             t0 = time.monotonic()
-            results.append(run_case(scenario, CASES[key], sessions, args.out))
+            results.append(run_case(scenario, CASES[key], sessions, args.out, args.pca_params))
             print(f"[{name}] {key} done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         text = f"## {name}\n\n{table(results)}"
         print(text, flush=True)
