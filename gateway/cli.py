@@ -70,7 +70,9 @@ def layered_defaults(
     known = {a.dest: a for a in parser._actions if a.dest not in ("help", "config")}
     unknown = sorted(set(yaml_values) - set(known))
     if unknown:
-        raise ConfigError(f"unknown option(s) in config file: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"unknown option(s) in config file: {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
     for dest, action in known.items():
         if dest in yaml_values:
             out[dest] = _coerce(action, yaml_values[dest])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import time
 
@@ -12,6 +13,10 @@ import uvicorn
 from gateway.app import create_app
 from gateway.deps import build_policy
 from gateway.errors import ConfigError
+from gateway.observability.logging import configure as configure_logging
+from gateway.observability.tracing import build_tracer_provider
+from gateway.security.asgi import ASGIApp
+from gateway.security.setup import SecuritySettings, add_security_arguments, security_from_args, wrap_app
 from gateway.settings import DEFAULT_POLICY, Settings, Timeouts, from_args
 
 logger = logging.getLogger(__name__)
@@ -56,12 +61,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="PD role pools: auto (under a PD policy) | on | off | ratio=2,dwell_s=10,…",
     )  # fmt: skip
     parser.add_argument("--log-level", default="warning", help="debug | info | warning | error")
+    parser.add_argument(
+        "--log-format", default="text", choices=["text", "json"], help="log lines as text or JSON"
+    )
+    parser.add_argument(
+        "--shutdown-grace-s", type=float, default=30.0,
+        help="on SIGTERM: stop accepting, let in-flight requests finish for up to this long",
+    )  # fmt: skip
+    add_security_arguments(parser)
 
 
-def serve(settings: Settings) -> bool:
-    """Run the gateway until SIGINT/SIGTERM; False when it failed to start."""
+def build_asgi(settings: Settings, security: SecuritySettings) -> ASGIApp:
+    """The gateway app wrapped in its protective layers (auth, limits, admission, tracing)."""
+    tracer = None
+    if security.trace:
+        provider = build_tracer_provider(otlp_endpoint=security.otlp_endpoint)
+        tracer = provider.get_tracer("kvgate.gateway")
+    return wrap_app(create_app(settings), security, state_url=settings.state_url, tracer=tracer)
+
+
+def serve(settings: Settings, security: SecuritySettings, grace_s: float) -> bool:
+    """Run the gateway until SIGINT/SIGTERM (graceful: in-flight requests get ``grace_s``)."""
     config = uvicorn.Config(
-        create_app(settings),
+        build_asgi(settings, security),
         host=settings.host,
         port=settings.port,
         loop="uvloop",
@@ -71,6 +93,7 @@ def serve(settings: Settings) -> bool:
         log_level=settings.log_level,
         backlog=4096,
         timeout_keep_alive=30,
+        timeout_graceful_shutdown=max(1, math.ceil(grace_s)),
     )
     server = uvicorn.Server(config)
     server.run()
@@ -78,16 +101,18 @@ def serve(settings: Settings) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, json=args.log_format == "json")
     try:
         settings = from_args(args)
+        security = security_from_args(args)
         if not settings.workers:
             raise ConfigError("give at least one --worker URL (or KVGATE_WORKER / worker: in --config)")
         build_policy(settings, time.monotonic)  # fail fast on a bad policy, before binding the port
-        started = serve(settings)
+        started = serve(settings, security, args.shutdown_grace_s)
     except ConfigError as exc:
         sys.stderr.write(f"kvgate gateway: {exc.message}\n")
+        return 2
+    except ValueError as exc:  # security flags
+        sys.stderr.write(f"kvgate gateway: {exc}\n")
         return 2
     return 0 if started else 1

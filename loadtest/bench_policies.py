@@ -113,7 +113,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             snaps = mixed if name == "pd_disaggregation" else plain
             table[name].append(time_policy(policy, snaps, args.repeats))
     width = max(len(n) for n in names)
-    print(f"{'policy':<{width}} " + " ".join(f"{f'{s} workers':>12}" for s in args.sizes) + "   (CPU µs/request)")
+    print(
+        f"{'policy':<{width}} "
+        + " ".join(f"{f'{s} workers':>12}" for s in args.sizes)
+        + "   (CPU µs/request)"
+    )
     for name in names:
         print(f"{name:<{width}} " + " ".join(f"{v:>12.1f}" for v in table[name]))
     return 0

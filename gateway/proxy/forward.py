@@ -24,6 +24,7 @@ from gateway.openai.sse import cached_tokens_of
 from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure, backoff_s
 from gateway.proxy.h1 import H1Pool, Target
+from gateway.proxy.passthrough import upstream_headers
 from gateway.proxy.responses import Receive, Send, proxied_headers, send_whole
 from gateway.proxy.stream import CLIENT_GONE, Result, StreamRelay
 from gateway.routing.pd import PD_HEADER, PrefillRunner, prefill_body
@@ -129,6 +130,7 @@ class Proxy:
         if target is None:
             target = self._targets[routed.record.url] = Target.parse(routed.record.url)
         extra = _PD_DECODE_HEADER if routed.prefill is not None else b""
+        extra += upstream_headers(routed.request.headers)
         request = target.post_request(_PATHS[parsed.endpoint], raw, extra)
         want_usage = self._router.wants_outcomes
         route = parsed.endpoint.value

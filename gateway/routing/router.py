@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from gateway.errors import InvalidRequest, ModelNotFound, NoHealthyWorker
 from gateway.fleet.registry import Fleet, WorkerRecord
+from gateway.kvcontract.extra_keys import TENANT_HEADER
 from gateway.kvindex.index import KVIndex, PrefixHit
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
@@ -98,7 +99,9 @@ class Router:
         if self._analyzer is not None:
             start = self._clock()
             try:
-                analysis = self._analyzer.analyze(parsed.body, parsed.endpoint, parsed.model)
+                analysis = self._analyzer.analyze(
+                    parsed.body, parsed.endpoint, parsed.model, tenant=headers.get(TENANT_HEADER)
+                )
             except ValueError as exc:
                 raise InvalidRequest(str(exc), param="messages") from None
             self._metrics.stage("analyze", self._clock() - start)

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from gateway.kvcontract.extra_keys import TENANT_HEADER
 from gateway.tokenize.analyzer import Endpoint
 from gateway.tokenize.bundle import TokenizerBundle
 from workers.engine_api import Engine, EngineError, GenerationChunk, GenerationRequest, GenerationStream
@@ -26,6 +27,7 @@ from workers.server.errors import ApiError, bad_request, error_body, from_engine
 from workers.server.openai_io import SSE_DONE, ResponseFormatter, parse_body, parse_request
 
 logger = logging.getLogger(__name__)
+_TENANT_HEADER = TENANT_HEADER.encode()
 
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -77,18 +79,28 @@ async def serve_generation(
         if not message.get("more_body", False):
             break
     try:
-        response = prepare(ctx, endpoint, b"".join(chunks))
+        response = prepare(ctx, endpoint, b"".join(chunks), _tenant(scope))
     except Exception:  # a request boundary: answer, log, never crash the connection
         logger.exception("unexpected error preparing a generation request")
         response = from_engine_error(EngineError("unexpected")).response()
     await response(scope, receive, send)
 
 
-def prepare(ctx: WorkerContext, endpoint: Endpoint, raw_body: bytes) -> Response:
-    """Validate, tokenize and submit a request; an error response or a ``GenerationResponse``."""
+def _tenant(scope: Scope) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == _TENANT_HEADER:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def prepare(ctx: WorkerContext, endpoint: Endpoint, raw_body: bytes, tenant: str | None = None) -> Response:
+    """Validate, tokenize and submit a request; an error response or a ``GenerationResponse``.
+
+    ``tenant`` (the ``x-kvgate-tenant`` header) is folded into the hash root, as the gateway does.
+    """
     engine = ctx.engine
     try:
-        parsed = parse_request(parse_body(raw_body), endpoint, engine.model_id)
+        parsed = parse_request(parse_body(raw_body), endpoint, engine.model_id, tenant)
         try:
             token_ids = ctx.bundle.encode(parsed.prompt)
         except ValueError as exc:  # chat template errors and bad prompts are the client's

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from gateway.kvcontract.extra_keys import extra_keys
+from gateway.kvcontract.extra_keys import request_extra_keys
 from gateway.tokenize.analyzer import Endpoint
 from gateway.tokenize.request_prompt import Prompt, parse_prompt
 from workers.engine_api import GenerationChunk, SamplingParams
@@ -67,7 +67,9 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def parse_request(body: Mapping[str, Any], endpoint: Endpoint, served_model: str) -> ParsedRequest:
+def parse_request(
+    body: Mapping[str, Any], endpoint: Endpoint, served_model: str, tenant: str | None = None
+) -> ParsedRequest:
     """Validate a chat/completions body against what this worker serves.
 
     Raises:
@@ -98,12 +100,13 @@ def parse_request(body: Mapping[str, Any], endpoint: Endpoint, served_model: str
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise bad_request("'stream_options' must be an object", "stream_options")
-    salt = body.get("cache_salt")
-    if salt is not None and not isinstance(salt, str):
-        raise bad_request("'cache_salt' must be a string", "cache_salt")
+    try:
+        keys = request_extra_keys(body, tenant)  # lora, cache_salt, tenant: exactly as the gateway hashes
+    except ValueError as exc:
+        raise bad_request(str(exc), "lora" if "lora" in str(exc) else "cache_salt") from None
     return ParsedRequest(
         endpoint, parsed_prompt, model, _bool(body, "stream", False), _bool(options, "include_usage", False),
-        max_tokens, extra_keys(cache_salt=salt), body,
+        max_tokens, keys, body,
     )  # fmt: skip
 
 

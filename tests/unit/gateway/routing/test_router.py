@@ -57,7 +57,9 @@ class FakeAnalyzer:
     calls: int = 0
     fail: bool = False
 
-    def analyze(self, body: Mapping[str, Any], endpoint: Endpoint, model: str) -> PromptAnalysis:
+    def analyze(
+        self, body: Mapping[str, Any], endpoint: Endpoint, model: str, tenant: str | None = None
+    ) -> PromptAnalysis:
         self.calls += 1
         if self.fail:
             raise ValueError("cannot render these messages")
