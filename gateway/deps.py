@@ -23,6 +23,7 @@ from gateway.errors import ConfigError
 from gateway.fleet.health import HealthChecker
 from gateway.fleet.pools import PoolBalancer, build_balancer
 from gateway.fleet.registry import Fleet, WorkerRecord
+from gateway.kvindex.feedback import PrefixFeedback
 from gateway.kvindex.index import KVIndex
 from gateway.observability.metrics import Metrics
 from gateway.proxy.forward import Proxy
@@ -179,6 +180,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         router = Router(
             fleet=fleet, load=state.load, policy=policy, analyzer=analyzer,
             kv_index=kv.index if kv is not None else None, block_size=settings.block_size, metrics=metrics,
+            feedback=PrefixFeedback(metrics.registry) if kv is not None else None,
         )  # fmt: skip
         proxy = Proxy(
             pool=upstream, session=prefill_session, router=router, load=state.load, metrics=metrics,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from gateway.errors import InvalidRequest, ModelNotFound, NoHealthyWorker
 from gateway.fleet.registry import Fleet, WorkerRecord
 from gateway.kvcontract.extra_keys import TENANT_HEADER
+from gateway.kvindex.feedback import PrefixFeedback
 from gateway.kvindex.index import KVIndex, PrefixHit
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
@@ -36,6 +37,7 @@ class Routed:
     record: WorkerRecord
     prefix_hit_tokens: int
     prefill: WorkerRecord | None = None  # PD: the prefill worker (None: the decode worker prefills)
+    best_hit_tokens: int = 0  # the best predicted hit on any worker (closed-loop feedback)
 
     @property
     def prefill_id(self) -> str | None:
@@ -76,7 +78,9 @@ class Router:
         block_size: int,
         metrics: Metrics,
         clock: Callable[[], float] = time.perf_counter,
+        feedback: PrefixFeedback | None = None,
     ) -> None:
+        self._feedback = feedback
         self._fleet = fleet
         self._load = load
         self._policy = policy
@@ -180,12 +184,14 @@ class Router:
             self._recorder.record_routed(record.id, req.block_hashes)
         hit_blocks = next(v.gpu_hit_blocks for v in views if v.id == decision.worker)
         hit_tokens = min(hit_blocks * self._block_size, req.num_prompt_tokens)
+        best_tokens = min(max(v.gpu_hit_blocks for v in views) * self._block_size, req.num_prompt_tokens)
         prefill = self._fleet.get(decision.prefill_worker) if decision.prefill_worker is not None else None
         if prefill is not None and (not prefill.available or prefill.id == record.id):
             prefill = None  # PD degrades to decode-only, never fails the request
         return Routed(
-            request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens, prefill=prefill
-        )
+            request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens, prefill=prefill,
+            best_hit_tokens=best_tokens,
+        )  # fmt: skip
 
     def explain(self, req: RouteRequest) -> Explanation:
         """The decision the policy would make now, with the snapshot; nothing is recorded."""
@@ -193,7 +199,9 @@ class Router:
         return Explanation(request=req, decision=self._select(req, views), views=views)
 
     def finished(self, routed: Routed, *, ok: bool, cached_tokens: int | None, latency_s: float) -> None:
-        """Tell an observing policy how a routed request ended."""
+        """Tell an observing policy how a routed request ended, and join prediction with reality."""
+        if self._feedback is not None and ok and routed.request.block_hashes and routed.prefill is None:
+            self._feedback.record(routed.prefix_hit_tokens, routed.best_hit_tokens, cached_tokens)
         if self._observer is not None:
             self._observer.on_finished(
                 Outcome(
@@ -203,4 +211,4 @@ class Router:
 
     @property
     def wants_outcomes(self) -> bool:
-        return self._observer is not None
+        return self._observer is not None or self._feedback is not None

@@ -160,7 +160,7 @@ def ttft_costs(
 ) -> dict[WorkerId, float]:
     """Estimated time to first token per worker of a non-empty ``pool``, in prefill tokens.
 
-    ``recent`` is the pool's recent load (``RecentLoad.of``); None leaves the balance term out.
+    ``recent`` is the pool's recent load (``LoadHistory.observe``); None leaves the balance term out.
     """
     prompt = max(req.num_prompt_tokens, len(req.block_hashes) * block_size)
     qtok = p.queued_request_tokens

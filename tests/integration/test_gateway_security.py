@@ -76,3 +76,15 @@ def test_tenant_is_hashed_the_same_on_both_sides(tmp_path: Path) -> None:
             assert cached and cached > 0
             assert second.headers["x-kvgate-worker"] == first.headers["x-kvgate-worker"]
             assert int(second.headers["x-kvgate-prefix-hit"]) == cached
+        metrics = httpx.get(fleet.gateway + "/metrics").text
+        realised = _metric(metrics, "kvgate_prefix_realised_tokens_total")
+        assert realised >= 2 * cached  # the closed loop saw both tenants' predictions come true
+        assert _metric(metrics, "kvgate_prefix_drift") == 0.0
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+

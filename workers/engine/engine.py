@@ -134,7 +134,7 @@ class TorchEngine:
         blocks = sched.blocks
         return LoadInfo(
             running=len(sched.running),
-            waiting=len(sched.waiting) + self._core.num_pending,
+            waiting=len(sched.waiting) + self._core.num_pending + len(self._pulls),
             kv_usage=blocks.usage,
             num_cached_blocks=len(self._cached),
             num_total_blocks=blocks.num_total_blocks,
