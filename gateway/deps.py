@@ -137,8 +137,16 @@ def _open_kv(
     settings: Settings, client: httpx.AsyncClient, clock: Callable[[], float]
 ) -> AbstractAsyncContextManager[KVService]:
     module: Any = importlib.import_module("gateway.kvindex.service")
+    config = None
+    if settings.kv_index == "approximate":
+        approx: Any = importlib.import_module("gateway.kvindex.approximate")
+        config = module.KVServiceConfig(approximate=approx.ApproximateIndexConfig())
     cm: AbstractAsyncContextManager[KVService] = module.open_kv_service(
-        state_url=settings.state_url, block_size=settings.block_size, client=client, clock=clock
+        state_url=settings.state_url,
+        block_size=settings.block_size,
+        client=client,
+        clock=clock,
+        config=config,
     )
     return cm
 

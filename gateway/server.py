@@ -60,6 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--role-pools", default="auto",
         help="PD role pools: auto (under a PD policy) | on | off | ratio=2,dwell_s=10,…",
     )  # fmt: skip
+    parser.add_argument(
+        "--kv-index", default="precise", choices=["precise", "approximate"],
+        help="precise: workers' KV events; approximate: learn from routing (backends without events)",
+    )  # fmt: skip
     parser.add_argument("--log-level", default="warning", help="debug | info | warning | error")
     parser.add_argument(
         "--log-format", default="text", choices=["text", "json"], help="log lines as text or JSON"

@@ -74,6 +74,7 @@ class Settings:
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     health_interval_s: float = 1.0
     role_pools: str = "auto"  # gateway.fleet.pools: off | auto (under a PD policy) | on | key=value,…
+    kv_index: str = "precise"  # precise (workers' KV events) | approximate (what was routed; no events)
     log_level: str = "warning"
 
 
@@ -149,8 +150,15 @@ def from_args(args: argparse.Namespace) -> Settings:
         retry=RetrySettings(retries=args.retries),
         health_interval_s=_positive("health_interval_s", args.health_interval_s),
         role_pools=_role_pools(getattr(args, "role_pools", "auto")),
+        kv_index=_kv_index(getattr(args, "kv_index", "precise")),
         log_level=args.log_level,
     )
+
+
+def _kv_index(mode: str) -> str:
+    if mode not in ("precise", "approximate"):
+        raise ConfigError(f"--kv-index {mode!r} is not understood; use 'precise' or 'approximate'")
+    return mode
 
 
 def _role_pools(spec: str) -> str:
