@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,6 +25,7 @@ from gateway.api.errors import http_error_handler, kvgate_error_handler
 from gateway.api.openai_routes import CompletionEndpoint, list_models
 from gateway.deps import DepsOverrides, open_deps
 from gateway.errors import KvgateError
+from gateway.reload import WorkerSource, reload
 from gateway.settings import Settings
 from gateway.tokenize.analyzer import Endpoint
 
@@ -75,12 +77,15 @@ def _routes(fast: dict[str, CompletionEndpoint]) -> list[Route]:
     ]
 
 
-def create_app(settings: Settings, deps: DepsOverrides | None = None) -> GatewayApp:
+def create_app(
+    settings: Settings, deps: DepsOverrides | None = None, reload_source: WorkerSource | None = None
+) -> GatewayApp:
     """Build the gateway app; nothing starts until the ASGI lifespan runs.
 
     Args:
         settings: validated settings.
         deps: parts to inject instead of building them (tests); the rest is built from ``settings``.
+        reload_source: re-reads the worker list on SIGHUP (``gateway.reload``); None disables reloads.
     """
 
     @asynccontextmanager
@@ -92,9 +97,16 @@ def create_app(settings: Settings, deps: DepsOverrides | None = None) -> Gateway
                 health = tasks.create_task(built.health.run(), name="health-checks")
                 if built.pools is not None:
                     pools = tasks.create_task(built.pools.run(), name="role-pools")
+                if reload_source is not None:
+                    source = reload_source
+                    asyncio.get_running_loop().add_signal_handler(
+                        signal.SIGHUP, lambda: tasks.create_task(reload(built, source), name="reload")
+                    )
                 try:
                     yield
                 finally:
+                    if reload_source is not None:
+                        asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
                     health.cancel()
                     if built.pools is not None:
                         pools.cancel()

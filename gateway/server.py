@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
 import time
+from collections.abc import Sequence
 
 import uvicorn
 
@@ -15,9 +17,10 @@ from gateway.deps import build_policy
 from gateway.errors import ConfigError
 from gateway.observability.logging import configure as configure_logging
 from gateway.observability.tracing import build_tracer_provider
+from gateway.reload import WorkerSource
 from gateway.security.asgi import ASGIApp
 from gateway.security.setup import SecuritySettings, add_security_arguments, security_from_args, wrap_app
-from gateway.settings import DEFAULT_POLICY, Settings, Timeouts, from_args
+from gateway.settings import DEFAULT_POLICY, Settings, Timeouts, WorkerSpec, from_args
 
 logger = logging.getLogger(__name__)
 
@@ -75,19 +78,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_security_arguments(parser)
 
 
-def build_asgi(settings: Settings, security: SecuritySettings) -> ASGIApp:
+def _worker_source(argv: Sequence[str]) -> WorkerSource:
+    """Re-parse the gateway's sources (flags, env, ``--config`` file) for the worker list."""
+
+    def source() -> tuple[WorkerSpec, ...]:
+        from gateway.cli import parse
+
+        return from_args(parse(list(argv), os.environ)).workers
+
+    return source
+
+
+def build_asgi(
+    settings: Settings, security: SecuritySettings, reload_source: WorkerSource | None = None
+) -> ASGIApp:
     """The gateway app wrapped in its protective layers (auth, limits, admission, tracing)."""
     tracer = None
     if security.trace:
         provider = build_tracer_provider(otlp_endpoint=security.otlp_endpoint)
         tracer = provider.get_tracer("kvgate.gateway")
-    return wrap_app(create_app(settings), security, state_url=settings.state_url, tracer=tracer)
+    return wrap_app(
+        create_app(settings, reload_source=reload_source),
+        security,
+        state_url=settings.state_url,
+        tracer=tracer,
+    )
 
 
-def serve(settings: Settings, security: SecuritySettings, grace_s: float) -> bool:
+def serve(
+    settings: Settings, security: SecuritySettings, grace_s: float, reload_source: WorkerSource | None = None
+) -> bool:
     """Run the gateway until SIGINT/SIGTERM (graceful: in-flight requests get ``grace_s``)."""
     config = uvicorn.Config(
-        build_asgi(settings, security),
+        build_asgi(settings, security, reload_source),
         host=settings.host,
         port=settings.port,
         loop="uvloop",
@@ -112,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
         if not settings.workers:
             raise ConfigError("give at least one --worker URL (or KVGATE_WORKER / worker: in --config)")
         build_policy(settings, time.monotonic)  # fail fast on a bad policy, before binding the port
-        started = serve(settings, security, args.shutdown_grace_s)
+        argv = ["gateway", *sys.argv[sys.argv.index("gateway") + 1 :]] if "gateway" in sys.argv else None
+        source = _worker_source(argv) if argv is not None else None
+        started = serve(settings, security, args.shutdown_grace_s, source)
     except ConfigError as exc:
         sys.stderr.write(f"kvgate gateway: {exc.message}\n")
         return 2
