@@ -16,6 +16,7 @@ class Fleet:
     gateway: str
     workers: dict[str, subprocess.Popen[bytes]]  # gateway worker id (HOST:PORT) -> process
     logs: Path
+    gateway_proc: subprocess.Popen[bytes] | None = None
 
     def log(self, name: str) -> str:
         return (self.logs / name).read_text(errors="replace")
@@ -49,7 +50,7 @@ def gateway_fleet(
         gw = start_process(kvgate_cmd("gateway", *args), log=logs / "gateway.log")
         procs.append(gw)
         _wait(gw, f"http://127.0.0.1:{port}/ready", logs / "gateway.log")
-        yield Fleet(f"http://127.0.0.1:{port}", workers, logs)
+        yield Fleet(f"http://127.0.0.1:{port}", workers, logs, gw)
     finally:
         for proc in reversed(procs):
             stop_process(proc)

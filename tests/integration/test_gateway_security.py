@@ -84,7 +84,7 @@ def test_tenant_is_hashed_the_same_on_both_sides(tmp_path: Path) -> None:
 
 def _metric(text: str, name: str) -> float:
     for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
+        if line.startswith((name + " ", name + "{")):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{name} not in /metrics")
 
