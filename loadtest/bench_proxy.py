@@ -199,7 +199,7 @@ def _wait_http(url: str, timeout_s: float = 30.0) -> None:
     raise TimeoutError(f"{url} not ready within {timeout_s}s")
 
 
-def _start_fleet(kind: str, num_workers: int, logs: Path) -> _Fleet:
+def _start_fleet(kind: str, num_workers: int, logs: Path, gateway_args: Sequence[str] = ()) -> _Fleet:
     py = sys.executable
     procs: list[subprocess.Popen[bytes]] = []
     ports = [_free_port() for _ in range(num_workers)]
@@ -218,7 +218,8 @@ def _start_fleet(kind: str, num_workers: int, logs: Path) -> _Fleet:
         raise
     gw_port = _free_port()
     gw_cmd = [py, "-m", "gateway.cli", "gateway", "--port", str(gw_port), "--policy", "round_robin",
-              "--tokenizer", "none", *[f"--worker=http://127.0.0.1:{p}" for p in ports]]  # fmt: skip
+              "--tokenizer", "none", *[f"--worker=http://127.0.0.1:{p}" for p in ports],
+              *gateway_args]  # fmt: skip
     gateway = _spawn(gw_cmd, logs / "gateway.log")
     procs.append(gateway)
     try:
@@ -271,6 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--workers", choices=["mock", "sim"], default="mock", help="instant mocks or sim workers"
     )
     parser.add_argument("--num-workers", type=int, default=4)
+    parser.add_argument(
+        "--gateway-arg", action="append", default=[],
+        help="extra gateway flag, repeatable, e.g. --gateway-arg=--trace (tracing overhead)",
+    )  # fmt: skip
     parser.add_argument("--serve-mock", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--client", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -284,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(json.dumps(uvloop.run(_run_client(port, conns, duration_s, stream))))
         return 0
     with tempfile.TemporaryDirectory(prefix="kvgate-bench-") as tmp:
-        fleet = _start_fleet(args.workers, args.num_workers, Path(tmp))
+        fleet = _start_fleet(args.workers, args.num_workers, Path(tmp), args.gateway_arg)
         try:
             rows = _bench(fleet, args.duration_s, args.connections)
         finally:
