@@ -185,6 +185,8 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
             if kv is not None:
                 kv.add_worker(spec.id, spec.url)
         metrics.attach_fleet(fleet, state.load, (lambda: kv.degraded) if kv is not None else (lambda: False))
+        if kv is not None:
+            metrics.attach_index(kv.index.num_blocks)
         router = Router(
             fleet=fleet, load=state.load, policy=policy, analyzer=analyzer,
             kv_index=kv.index if kv is not None else None, block_size=settings.block_size, metrics=metrics,

@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 
 from gateway.fleet.breaker import BreakerState
 from gateway.fleet.registry import Fleet
+from gateway.observability.tracing import stage_span
 from gateway.state.protocols import LoadBoard
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -57,6 +58,22 @@ class FleetCollector(Collector):
         yield from (inflight, healthy, breaker, queue, kv, degraded)
 
 
+class IndexCollector(Collector):
+    """Scrape-time size of the KV index (entries, and an estimate of the memory they hold)."""
+
+    def __init__(self, num_blocks: Callable[[], int], bytes_per_block: int) -> None:
+        self._num_blocks = num_blocks
+        self._bytes_per_block = bytes_per_block
+
+    def collect(self) -> Iterator[Metric]:
+        n = self._num_blocks()
+        blocks = GaugeMetricFamily("kvgate_kv_index_blocks", "Block entries held by the KV index")
+        blocks.add_metric([], n)
+        mem = GaugeMetricFamily("kvgate_kv_index_memory_bytes", "Estimated memory of the KV index entries")
+        mem.add_metric([], n * self._bytes_per_block)
+        yield from (blocks, mem)
+
+
 class Metrics:
     """The gateway's metrics; one instance per app."""
 
@@ -97,6 +114,10 @@ class Metrics:
         """Expose the fleet's gauges, read at scrape time; ``degraded``: is the shared state down?"""
         self.registry.register(FleetCollector(fleet, load, degraded))
 
+    def attach_index(self, num_blocks: Callable[[], int], bytes_per_block: int = 120) -> None:
+        """Expose the KV index's size (``bytes_per_block``: measured cost of one entry)."""
+        self.registry.register(IndexCollector(num_blocks, bytes_per_block))
+
     def _child(self, family: Counter | Histogram, *labels: str) -> Counter | Histogram:
         key = (family._name, *labels)
         child = self._cache.get(key)
@@ -113,6 +134,7 @@ class Metrics:
 
     def stage(self, stage: str, seconds: float) -> None:
         self._child(self._stage, stage).observe(seconds)  # type: ignore[union-attr]
+        stage_span(stage, seconds)
 
     def retry(self, reason: str) -> None:
         self._child(self._retries, reason).inc()  # type: ignore[union-attr]

@@ -19,6 +19,7 @@ import orjson
 
 from gateway.errors import NoHealthyWorker, UpstreamError, WorkerTimeout, WorkerUnavailable
 from gateway.observability.metrics import Metrics
+from gateway.observability.tracing import upstream_span
 from gateway.openai.schema import ParsedRequest
 from gateway.openai.sse import cached_tokens_of
 from gateway.proxy.disconnect import cancel_on_disconnect
@@ -101,7 +102,8 @@ class Proxy:
             if routed.prefill is not None:
                 routed = await self._run_prefill(routed, parsed)
             try:
-                await self._attempt(routed, parsed, raw, receive, send)
+                with upstream_span(routed.record.id):
+                    await self._attempt(routed, parsed, raw, receive, send)
                 return
             except RetryableFailure as failure:
                 routed.record.breaker.record_failure()
