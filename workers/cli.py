@@ -10,7 +10,7 @@ import argparse
 import importlib
 import logging
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.kvcontract.hashing import DEFAULT_BLOCK_SIZE
 
@@ -47,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--tokenizer", default=None, help="tokenizer.json, HF directory or .gguf (sim default: byte-level)")
     a("--seed", type=int, default=0, help="seed of the real engine's random weights/sampling")
     a("--log-level", default="info", help="log level (debug, info, warning)")
+    a("--otlp-endpoint", default=None, help="OTLP/HTTP traces endpoint: continue the gateway's traces")
     _sim_tier_arguments(parser)
 
 
@@ -68,7 +69,12 @@ def run(args: argparse.Namespace) -> int:
 
     from workers.server.app import create_app
 
-    app = create_app(engine)
+    app: Any = create_app(engine)
+    if args.otlp_endpoint:
+        from gateway.observability.tracing import TracingMiddleware, build_tracer_provider
+
+        provider = build_tracer_provider("kvgate-worker", otlp_endpoint=args.otlp_endpoint)
+        app = TracingMiddleware(app, provider.get_tracer("kvgate.worker"))
     config = uvicorn.Config(
         app, host=args.host, port=args.port, loop="uvloop", http="httptools", access_log=False,
         log_level=args.log_level.lower(), timeout_graceful_shutdown=5, backlog=4096, timeout_keep_alive=75,

@@ -1,5 +1,7 @@
 """OpenTelemetry tracing: an app-owned provider, a span per HTTP request, W3C trace context in and out.
 
+Used by the gateway and, to continue the gateway's traces, by the workers (it imports nothing else of kvgate).
+
 The provider is built per app (never the global one), so two apps can live in one process and tests can
 use an in-memory exporter. The request middleware continues an incoming ``traceparent``; code inside the
 request opens child spans with ``tracer.start_as_current_span`` and the proxy calls ``inject_headers`` so
@@ -9,7 +11,7 @@ workers continue the trace. Spans are per request and per stage, never per strea
 from __future__ import annotations
 
 import time
-from collections.abc import MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from typing import Any
@@ -21,7 +23,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from gateway.security.asgi import ASGIApp, Message, Receive, Scope, Send
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 
