@@ -74,6 +74,7 @@ def _routes(fast: dict[str, CompletionEndpoint]) -> list[Route]:
         Route("/admin/workers", admin_routes.register_worker, methods=["POST"]),
         Route("/admin/workers/{worker_id:path}", admin_routes.drain_worker, methods=["DELETE"]),
         Route("/admin/route", admin_routes.explain_route, methods=["POST"]),
+        Route("/admin/parity", admin_routes.check_parity_now, methods=["POST"]),
     ]
 
 

@@ -7,6 +7,7 @@ Background loops (health checks) are started by the lifespan in ``gateway.app``,
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import random
@@ -29,6 +30,7 @@ from gateway.observability.metrics import Metrics
 from gateway.proxy.forward import Proxy
 from gateway.proxy.h1 import H1Pool
 from gateway.proxy.upstream import open_upstream
+from gateway.routing.parity_gate import parity_reports, refuse_precise
 from gateway.routing.router import Router
 from gateway.settings import Settings
 from gateway.state.factory import State, open_state
@@ -98,7 +100,8 @@ def build_policy(settings: Settings, clock: Callable[[], float]) -> Policy:
         ConfigError: the policy is unknown or its parameters are wrong (the message lists what exists).
     """
     registry: Any = importlib.import_module("policies.registry")
-    ctx = PolicyContext(clock=clock, rng=random.Random(0), block_size=settings.block_size)
+    # Seeded per process: replicas sharing one seed would break ties identically and herd.
+    ctx = PolicyContext(clock=clock, rng=random.Random(), block_size=settings.block_size)
     try:
         policy: Policy = registry.build_policy(settings.policy, ctx)
     except ValueError as exc:
@@ -178,6 +181,10 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         analyzer = ov.analyzer or await build_analyzer(settings, policy, control)
         kv = ov.kv_service
         if kv is None and Need.PREFIX_HITS in policy.needs:
+            if settings.kv_index == "precise":
+                reports = await parity_reports(analyzer, [w.url for w in settings.workers], control)
+                if refuse_precise(reports):
+                    settings = dataclasses.replace(settings, kv_index="approximate")
             kv = await stack.enter_async_context(_open_kv(settings, control, ov.clock))
         fleet = Fleet(breaker=settings.breaker, clock=ov.clock)
         for spec in settings.workers:

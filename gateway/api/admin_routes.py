@@ -13,6 +13,7 @@ from gateway.api.openai_routes import deps_of, read_body
 from gateway.errors import ConfigError, InvalidRequest, KvgateError
 from gateway.fleet.registry import WorkerRecord
 from gateway.openai.schema import parse_request
+from gateway.routing.parity_gate import parity_reports, reports_json
 from gateway.routing.router import Explanation
 from gateway.settings import parse_worker
 from gateway.tokenize.analyzer import Endpoint
@@ -141,3 +142,11 @@ async def explain_route(request: Request) -> Response:
     except KvgateError as exc:
         return error_response(exc)
     return _json(_explanation_json(explanation, deps.settings.block_size))
+
+
+async def check_parity_now(request: Request) -> Response:
+    """Run the tokenizer parity self-test against every worker now (``POST /admin/parity``)."""
+    deps = deps_of(request.scope)
+    reports = await parity_reports(deps.analyzer, [r.url for r in deps.fleet], deps.control)
+    body = {"checked": bool(reports), "ok": all(r.ok for r in reports), "workers": reports_json(reports)}
+    return _json(body)

@@ -21,8 +21,7 @@ What it does:
     prefix groups: every later request follows its cache) spread evenly over time, which the
     instantaneous backlog cannot see at moderate load: new sessions and cold prefixes, which save little
     anywhere, go to the workers with the least recent load, while a deep conversation moves off its warm
-    worker only when that worker is far above the mean. Ties go to the worker with the least recent
-    load, then to the seeded RNG.
+    worker only when that worker is far above the mean. Ties are broken with the seeded RNG.
 
 Inputs (needs):
     Prompt token count, block hashes and per-worker prefix hits (worker cache and shared tier), and load.
@@ -186,19 +185,11 @@ def ttft_costs(
     return costs
 
 
-def cheapest(
-    costs: dict[WorkerId, float],
-    pool: Sequence[WorkerView],
-    rng: random.Random,
-    recent: Recent | None = None,
-) -> WorkerView:
-    """The worker of least cost; among equals the least recently loaded, then a seeded draw."""
+def cheapest(costs: dict[WorkerId, float], pool: Sequence[WorkerView], rng: random.Random) -> WorkerView:
+    """The worker of least cost; a seeded draw among equals (a deterministic rule would make replicas,
+    which see the same shared load, herd onto one worker)."""
     best = min(costs.values())
-    tied = [i for i, w in enumerate(pool) if costs[w.id] <= best]
-    if recent is not None and len(tied) > 1:
-        least = min(recent.load[i] for i in tied)
-        tied = [i for i in tied if recent.load[i] <= least]
-    return choose_tied(rng, [pool[i] for i in tied])
+    return choose_tied(rng, [w for w in pool if costs[w.id] <= best])
 
 
 class PrefixCacheAware:
@@ -224,7 +215,7 @@ class PrefixCacheAware:
             pool, max(req.num_prompt_tokens, len(req.block_hashes) * self._block_size)
         )
         costs = ttft_costs(req, pool, self._p, self._block_size, recent)
-        chosen = cheapest(costs, pool, self._rng, recent)
+        chosen = cheapest(costs, pool, self._rng)
         best = costs[chosen.id]
         scores = {wid: best / c for wid, c in costs.items()}
         ms = best * 1000.0 / self._p.prefill_tokens_per_s

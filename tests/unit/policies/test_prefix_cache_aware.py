@@ -130,7 +130,7 @@ def _policy(now: list[float], **params: object) -> Any:
 def test_cold_requests_go_to_the_least_loaded_worker_over_time() -> None:
     now = [0.0]
     policy = _policy(now)
-    _history(policy, now, {"a": 2000, "b": 1000, "c": 500}, seconds=60)
+    _history(policy, now, {"a": 2000, "b": 2000, "c": 500}, seconds=60)
     # Idle now, nothing cached: the bare cost model would draw at random; the history says "c".
     assert policy.select(REQ, [worker("a"), worker("b"), worker("c")]).worker == "c"
 
