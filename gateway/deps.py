@@ -53,6 +53,8 @@ class KVService(Protocol):
 
     def remove_worker(self, worker_id: str) -> None: ...
 
+    def add_engine_worker(self, worker_id: str, endpoint: str, *, model: str, engine: str = "vllm") -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class DepsOverrides:
@@ -189,7 +191,9 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         fleet = Fleet(breaker=settings.breaker, clock=ov.clock)
         for spec in settings.workers:
             fleet.add(spec)
-            if kv is not None:
+            if kv is not None and spec.events is not None and spec.model is not None:
+                kv.add_engine_worker(spec.id, spec.events, model=spec.model, engine=spec.engine)
+            elif kv is not None:
                 kv.add_worker(spec.id, spec.url)
         metrics.attach_fleet(fleet, state.load, (lambda: kv.degraded) if kv is not None else (lambda: False))
         if kv is not None:

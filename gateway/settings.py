@@ -28,6 +28,10 @@ class WorkerSpec:
     id: str
     url: str
     role: Role = Role.BOTH
+    #: a foreign engine's ZMQ KV-event publisher (``tcp://HOST:PORT``), for sidecar mode; None: our SSE
+    events: str | None = None
+    engine: str = "vllm"  # vllm | sglang: the encoding of ``events``
+    model: str | None = None  # model id to hash this engine's prompts with (required with ``events``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +83,10 @@ class Settings:
 
 
 def parse_worker(raw: str) -> WorkerSpec:
-    """Parse ``URL[#role=prefill|decode|both][&id=NAME]`` into a ``WorkerSpec``.
+    """Parse ``URL[#role=prefill|decode|both][&id=NAME][&events=tcp://H:P&engine=vllm|sglang&model=M]``.
+
+    ``events`` points at a foreign engine's ZMQ KV-event publisher (vLLM, SGLang): the gateway then follows
+    those events (re-hashed into kvgate's scheme) instead of a kvgate worker's ``/kv/events``.
 
     Raises:
         ConfigError: the URL is not http(s) or the role is unknown.
@@ -88,7 +95,7 @@ def parse_worker(raw: str) -> WorkerSpec:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"worker URL {raw!r} must look like http://HOST:PORT[#role=prefill|decode|both]")
     frag = {k: v[-1] for k, v in parse_qs(parts.fragment).items()}
-    unknown = set(frag) - {"role", "id"}
+    unknown = set(frag) - {"role", "id", "events", "engine", "model"}
     if unknown:
         raise ConfigError(f"worker URL {raw!r}: unknown fragment key(s) {sorted(unknown)}; use #role=…&id=…")
     try:
@@ -96,7 +103,13 @@ def parse_worker(raw: str) -> WorkerSpec:
     except ValueError:
         raise ConfigError(f"worker URL {raw!r}: role must be one of prefill, decode, both") from None
     url = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
-    return WorkerSpec(id=frag.get("id") or parts.netloc + parts.path.rstrip("/"), url=url, role=role)
+    events, engine, model = frag.get("events"), frag.get("engine", "vllm"), frag.get("model")
+    if events is not None and (not events.startswith(("tcp://", "ipc://")) or model is None):
+        raise ConfigError(f"worker URL {raw!r}: events= needs a tcp:// or ipc:// ZMQ address and model=NAME")
+    if engine not in ("vllm", "sglang"):
+        raise ConfigError(f"worker URL {raw!r}: engine must be vllm or sglang")
+    wid = frag.get("id") or parts.netloc + parts.path.rstrip("/")
+    return WorkerSpec(id=wid, url=url, role=role, events=events, engine=engine, model=model)
 
 
 def _policy_spec(name: str, config_file: str | None) -> str | Mapping[str, Any]:
