@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--conversations", type=int, default=8)
     ap.add_argument("--turns", type=int, default=16)
-    ap.add_argument("--words-per-turn", type=int, default=300, help="user words per turn (~1.3 tokens each)")
+    ap.add_argument("--words-per-turn", type=int, default=420, help="user words per turn (~1.3 tokens each)")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--policy", default="prefix_cache_aware")
     args = ap.parse_args(argv)

@@ -5,7 +5,7 @@ What it does:
     token in prefill-token units::
 
         cost = backlog + uncached + tier_pull_cost * tier + balance
-        backlog = inflight_tokens + queue_depth * queued_request_tokens
+        backlog = inflight_weight * inflight_tokens + queue_depth * queued_request_tokens
         balance = balance_weight * max(0, recent / mean_recent - 1) * mean_prompt
 
     where ``uncached`` are this request's prompt tokens in neither the worker's cache nor the shared tier,
@@ -32,6 +32,8 @@ Parameters:
     tier_pull_cost: cost of pulling a token's KV from the shared tier relative to recomputing it
         (default 0.1).
     queued_request_tokens: prefill work assumed per request waiting in a worker's queue (default 256).
+    inflight_weight: share of in-flight tokens counted as prefill work still to do; in-flight tokens
+        include cached prompt tokens and requests already decoding (default 1.0).
     hotspot_margin: relative excess over the mean backlog that marks a worker hot (default 0.5).
     hotspot_min_tokens: absolute excess over the mean backlog a hot worker must also have (default 4096).
     balance_weight: mean prompts charged per unit of relative excess over the mean recent load; 0 turns
@@ -77,6 +79,7 @@ class CacheCostParams:
     prefill_tokens_per_s: float = 8000.0
     tier_pull_cost: float = 0.1
     queued_request_tokens: int = 256
+    inflight_weight: float = 1.0
     hotspot_margin: float = 0.5
     hotspot_min_tokens: int = 4096
     balance_weight: float = 3.0
@@ -89,6 +92,8 @@ class CacheCostParams:
             raise ValueError("tier_pull_cost must be in [0, 1]")
         if self.queued_request_tokens < 0 or self.hotspot_min_tokens < 0:
             raise ValueError("queued_request_tokens and hotspot_min_tokens must be >= 0")
+        if not 0.0 <= self.inflight_weight <= 1.0:
+            raise ValueError("inflight_weight must be in [0, 1]")
         if self.hotspot_margin < 0 or self.balance_weight < 0:
             raise ValueError("hotspot_margin and balance_weight must be >= 0")
 
@@ -163,7 +168,8 @@ def ttft_costs(
     """
     prompt = max(req.num_prompt_tokens, len(req.block_hashes) * block_size)
     qtok = p.queued_request_tokens
-    backlogs = [w.inflight_tokens + w.queue_depth * qtok for w in pool]
+    iw = p.inflight_weight
+    backlogs = [iw * w.inflight_tokens + w.queue_depth * qtok for w in pool]
     mean = sum(backlogs) / len(backlogs)
     hot_line = max(mean * (1.0 + p.hotspot_margin), mean + p.hotspot_min_tokens)
     balance = _balance(recent, p.balance_weight) or [0.0] * len(pool)

@@ -95,6 +95,7 @@ def test_ties_are_broken_by_the_seed_not_the_order() -> None:
         {"prefill_tokens_per_s": 0},
         {"hotspot_margin": -1},
         {"balance_weight": -1},
+        {"inflight_weight": 2.0},
         {"balance_half_life_s": 0},
         {"bogus": 1},
     ],
@@ -103,6 +104,7 @@ def test_ties_are_broken_by_the_seed_not_the_order() -> None:
         "zero_rate",
         "negative_margin",
         "negative_balance",
+        "inflight_weight_above_one",
         "zero_half_life",
         "unknown_key",
     ],
@@ -164,3 +166,10 @@ def test_load_history_is_a_time_weighted_average_with_a_half_life() -> None:
     later = history.observe([worker("a", inflight_tokens=0), worker("new", inflight_tokens=60)], 300)
     assert list(later.load) == pytest.approx([200.0, 30.0])
     assert later.mean_prompt == pytest.approx((100 + (300 - 100) / 2) * 0.75)  # 2 half-lives: 3/4 there
+
+
+def test_inflight_weight_discounts_in_flight_tokens() -> None:
+    # 3000 in-flight tokens outweigh the 960 the warm worker saves; a quarter of them (750) do not.
+    fleet = [worker("cold"), worker("warm", gpu_hit_blocks=60, inflight_tokens=3000)]
+    assert _pick(fleet) == "cold"
+    assert _pick(fleet, inflight_weight=0.25) == "warm"
