@@ -53,7 +53,9 @@ class KVService(Protocol):
 
     def remove_worker(self, worker_id: str) -> None: ...
 
-    def add_engine_worker(self, worker_id: str, endpoint: str, *, model: str, engine: str = "vllm") -> None: ...
+    def add_engine_worker(
+        self, worker_id: str, endpoint: str, *, model: str, engine: str = "vllm"
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,7 +127,9 @@ class Proxy:
         self, routed: Routed, parsed: ParsedRequest, raw: bytes, receive: Receive, send: Send
     ) -> None:
         worker = routed.record.id
-        tokens = routed.request.num_prompt_tokens + (parsed.max_tokens or 0)
+        # the work this request brings: its uncached prefill (a predicted prefix hit costs nothing) + decode
+        uncached = max(0, routed.request.num_prompt_tokens - routed.prefix_hit_tokens)
+        tokens = uncached + (parsed.max_tokens or 0)
         target = self._targets.get(routed.record.url)
         if target is None:
             target = self._targets[routed.record.url] = Target.parse(routed.record.url)
