@@ -8,6 +8,7 @@ taken back. Requests in flight are never touched. Other settings (policy, state,
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,8 +29,12 @@ class ReloadResult:
     restored: tuple[str, ...] = ()
 
 
-async def apply_workers(deps: Deps, specs: Sequence[WorkerSpec]) -> ReloadResult:
-    """Make the fleet match ``specs`` (by worker id)."""
+async def apply_workers(deps: Deps, specs: Sequence[WorkerSpec], wait_s: float = 30.0) -> ReloadResult:
+    """Make the fleet match ``specs`` (by worker id).
+
+    Workers that leave are drained only once one of the listed workers is available (or after ``wait_s``),
+    so swapping a fleet never leaves a gap with no worker to serve.
+    """
     wanted = {s.id: s for s in specs}
     current = {r.id: r for r in deps.fleet}
     added, drained, restored = [], [], []
@@ -43,6 +48,7 @@ async def apply_workers(deps: Deps, specs: Sequence[WorkerSpec]) -> ReloadResult
         elif record.draining:
             record.draining = False
             restored.append(wid)
+    await _wait_for_one_available(deps, list(wanted), wait_s)
     for wid, record in current.items():
         if wid not in wanted and not record.draining:
             deps.fleet.drain(wid)
@@ -50,6 +56,18 @@ async def apply_workers(deps: Deps, specs: Sequence[WorkerSpec]) -> ReloadResult
     result = ReloadResult(tuple(added), tuple(drained), tuple(restored))
     logger.warning("configuration reloaded: added %s, drained %s, restored %s", added, drained, restored)
     return result
+
+
+async def _wait_for_one_available(deps: Deps, worker_ids: Sequence[str], wait_s: float) -> None:
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while asyncio.get_running_loop().time() < deadline:
+        records = [r for r in (deps.fleet.get(w) for w in worker_ids) if r is not None]
+        if any(r.available and r.models for r in records):
+            return
+        for record in records:
+            await deps.health.probe(record)
+        await asyncio.sleep(0.2)
+    logger.warning("no listed worker became available within %.0f s; draining the old ones anyway", wait_s)
 
 
 async def reload(deps: Deps, source: WorkerSource) -> ReloadResult | None:
