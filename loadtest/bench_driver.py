@@ -14,8 +14,9 @@ import subprocess
 import sys
 import time
 
-from loadtest.bench_proxy import _free_port, _wait_http
+from loadtest.bench_proxy import wait_http
 from loadtest.driver import DriverConfig, run_load
+from loadtest.fleet import free_port
 from loadtest.workloads import Session, WorkRequest
 
 
@@ -46,10 +47,10 @@ def main() -> int:
     parser.add_argument("--duration-s", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=64)
     args = parser.parse_args()
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "loadtest.bench_proxy", "--serve-mock", str(port)])
     try:
-        _wait_http(f"http://127.0.0.1:{port}/health")
+        wait_http(f"http://127.0.0.1:{port}/health")
         print(f"| mode | req/s @{args.concurrency} | driver CPU µs/request | errors |")
         print("|---|---|---|---|")
         for stream in (False, True):

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import httpx
 
+from loadtest.fleet import free_port
+
 _COMPLETION = json.dumps({
     "id": "cmpl-bench", "object": "chat.completion", "created": 0, "model": "mock",
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello there"},
@@ -174,20 +176,12 @@ class _Fleet:
     gateway_port: int
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _spawn(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as fh:
         return subprocess.Popen(list(args), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _wait_http(url: str, timeout_s: float = 30.0) -> None:
+def wait_http(url: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -202,7 +196,7 @@ def _wait_http(url: str, timeout_s: float = 30.0) -> None:
 def _start_fleet(kind: str, num_workers: int, logs: Path, gateway_args: Sequence[str] = ()) -> _Fleet:
     py = sys.executable
     procs: list[subprocess.Popen[bytes]] = []
-    ports = [_free_port() for _ in range(num_workers)]
+    ports = [free_port() for _ in range(num_workers)]
     for i, port in enumerate(ports):
         if kind == "sim":
             cmd = [py, "-m", "gateway.cli", "worker", "--sim", "--host", "127.0.0.1", "--port", str(port),
@@ -212,18 +206,18 @@ def _start_fleet(kind: str, num_workers: int, logs: Path, gateway_args: Sequence
         procs.append(_spawn(cmd, logs / f"worker{i}.log"))
     try:
         for port in ports:
-            _wait_http(f"http://127.0.0.1:{port}/health")
+            wait_http(f"http://127.0.0.1:{port}/health")
     except TimeoutError:
         _stop(procs)
         raise
-    gw_port = _free_port()
+    gw_port = free_port()
     gw_cmd = [py, "-m", "gateway.cli", "gateway", "--port", str(gw_port), "--policy", "round_robin",
               "--tokenizer", "none", *[f"--worker=http://127.0.0.1:{p}" for p in ports],
               *gateway_args]  # fmt: skip
     gateway = _spawn(gw_cmd, logs / "gateway.log")
     procs.append(gateway)
     try:
-        _wait_http(f"http://127.0.0.1:{gw_port}/ready")
+        wait_http(f"http://127.0.0.1:{gw_port}/ready")
     except TimeoutError:
         _stop(procs)
         raise
