@@ -34,6 +34,7 @@ from gateway.routing.parity_gate import parity_reports, refuse_precise
 from gateway.routing.router import Router
 from gateway.settings import Settings
 from gateway.state.factory import State, open_state
+from gateway.state.recent import RecentConfig
 from gateway.tokenize.analyzer import PromptAnalyzer
 from policies.api import Need, Policy, PolicyContext
 
@@ -171,7 +172,9 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         state = (
             ov.state
             if ov.state is not None
-            else await stack.enter_async_context(open_state(settings.state_url))
+            else await stack.enter_async_context(
+                open_state(settings.state_url, RecentConfig(settings.recent_half_life_s))
+            )
         )
         control = await stack.enter_async_context(
             httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=settings.timeouts.connect_s))

@@ -42,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--state", default="memory", help="state backend: memory | redis://HOST:PORT/DB")
     parser.add_argument(
+        "--recent-half-life-s",
+        type=float,
+        default=30.0,
+        help="half-life of the recent routed load per worker that balancing policies read (seconds)",
+    )
+    parser.add_argument(
         "--tokenizer", default="auto", help="auto | none | bytes | PATH to tokenizer.json/dir"
     )
     parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")

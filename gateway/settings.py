@@ -69,6 +69,7 @@ class Settings:
     workers: tuple[WorkerSpec, ...] = ()
     policy: str | Mapping[str, Any] = DEFAULT_POLICY
     state_url: str = "memory"
+    recent_half_life_s: float = 30.0  # decay of the recent routed load balancing policies read
     tokenizer: str = "auto"
     block_size: int = 16
     max_body_bytes: int = 8 * 1024 * 1024
@@ -152,6 +153,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         workers=workers,
         policy=_policy_spec(args.policy, args.policy_config),
         state_url=args.state,
+        recent_half_life_s=_positive("recent_half_life_s", getattr(args, "recent_half_life_s", 30.0)),
         tokenizer=args.tokenizer,
         block_size=args.block_size,
         max_body_bytes=int(_positive("max_body_bytes", args.max_body_bytes)),

@@ -95,7 +95,7 @@ def _shared_prefix(quick: bool) -> list[Session]:
 
 
 def _trace(quick: bool) -> list[Session]:
-    opts = TraceOptions(speedup=5.0, scale=16, max_output_tokens=16, limit=300 if quick else 800)
+    opts = TraceOptions(speedup=10.0, scale=32, max_output_tokens=16, limit=600 if quick else 1600)
     return trace_sessions(TRACE, opts)
 
 
@@ -141,6 +141,18 @@ def imbalance(
     return max(per.values()) / (total / workers) if total else float("nan")
 
 
+_DUMPED = (
+    "session",
+    "start_s",
+    "ttft_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "worker",
+    "predicted_hit_tokens",
+    "error",
+)
+
+
 def run_case(
     scenario: Scenario, case: Case, sessions: list[Session], out: Path, pca_params: str | None = None
 ) -> CaseResult:
@@ -161,6 +173,12 @@ def run_case(
     with launch(spec) as fleet:
         run, cpu = _drive(fleet, scenario, sessions)
     recs = run.records
+    dump = out / "records" / f"{scenario.name}-{case.policy}-{case.gateways}.jsonl"
+    dump.parent.mkdir(parents=True, exist_ok=True)
+    with dump.open("w", encoding="utf-8") as f:
+        for r in recs:
+            row = {k: getattr(r, k) for k in _DUMPED}
+            f.write(json.dumps(row) + "\n")
     return CaseResult(
         case=case,
         run=run,

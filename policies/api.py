@@ -78,6 +78,10 @@ class WorkerView:
         kv_usage: fraction of its KV cache in use, in [0, 1].
         gpu_hit_blocks: leading blocks of this request the index places in the worker's own cache.
         tier_hit_blocks: further leading blocks present in the shared dram/ssd tiers.
+        recent_tokens: prompt + completion-budget tokens every gateway replica routed to the worker lately,
+            exponentially decayed (the gateway's ``--recent-half-life-s``); only requests whose prompt was
+            tokenized count their prompt. The same figure on every replica (up to the state sync interval).
+        recent_requests: requests routed to the worker lately, decayed the same way.
     """
 
     id: WorkerId
@@ -89,6 +93,8 @@ class WorkerView:
     kv_usage: float = 0.0
     gpu_hit_blocks: int = 0
     tier_hit_blocks: int = 0
+    recent_tokens: float = 0.0
+    recent_requests: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,6 +148,8 @@ class Router:
                     kv_usage=r.kv_usage,
                     gpu_hit_blocks=hit.gpu_blocks,
                     tier_hit_blocks=hit.tier_blocks,
+                    recent_tokens=load.recent_tokens,
+                    recent_requests=load.recent_requests,
                 )
             )
         return tuple(views)
@@ -182,12 +184,15 @@ class Router:
             self._observer.on_routed(req, decision)
         if self._recorder is not None and req.block_hashes:
             self._recorder.record_routed(record.id, req.block_hashes)
+        self._load.add_routed(record.id, req.num_prompt_tokens + (req.max_tokens or 0))
         hit_blocks = next(v.gpu_hit_blocks for v in views if v.id == decision.worker)
         hit_tokens = min(hit_blocks * self._block_size, req.num_prompt_tokens)
         best_tokens = min(max(v.gpu_hit_blocks for v in views) * self._block_size, req.num_prompt_tokens)
         prefill = self._fleet.get(decision.prefill_worker) if decision.prefill_worker is not None else None
         if prefill is not None and (not prefill.available or prefill.id == record.id):
             prefill = None  # PD degrades to decode-only, never fails the request
+        if prefill is not None:
+            self._load.add_routed(prefill.id, req.num_prompt_tokens)
         return Routed(
             request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens, prefill=prefill,
             best_hit_tokens=best_tokens,

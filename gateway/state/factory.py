@@ -11,6 +11,7 @@ from typing import Any, cast
 from gateway.errors import ConfigError
 from gateway.state.memory import MemoryLoadBoard
 from gateway.state.protocols import LoadBoard
+from gateway.state.recent import RecentConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,19 +23,25 @@ class State:
 
 
 @asynccontextmanager
-async def open_state(url: str) -> AsyncIterator[State]:
+async def open_state(url: str, recent: RecentConfig | None = None) -> AsyncIterator[State]:
     """Open the state backend named by ``url``; close it on exit.
+
+    Args:
+        url: ``memory`` or ``redis://…``.
+        recent: half-life of the recent routed load (``gateway.state.recent``).
 
     Raises:
         ConfigError: the URL names no known backend.
     """
+    recent = recent or RecentConfig()
     if url == "memory":
-        yield State(load=MemoryLoadBoard(), url=url)
+        yield State(load=MemoryLoadBoard(recent), url=url)
         return
     if url.startswith(("redis://", "rediss://", "unix://")):
         # Imported lazily so a memory-only gateway never loads the redis client.
         module: Any = importlib.import_module("gateway.state.redis")
-        async with module.open_redis_state(url) as state:
+        config = module.RedisLoadConfig(recent=recent)
+        async with module.open_redis_state(url, config=config) as state:
             yield cast(State, state)
         return
     raise ConfigError(f"--state {url!r} is not understood; use 'memory' or 'redis://HOST:PORT/DB'")

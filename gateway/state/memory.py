@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
 from gateway.state.protocols import WorkerLoad
+from gateway.state.recent import RecentConfig, RecentSums
 
 
 class MemoryLoadBoard:
-    """In-flight requests and tokens per worker, held in two dicts (event-loop confined)."""
+    """In-flight requests and tokens and recent routed work per worker, in dicts (event-loop confined).
 
-    __slots__ = ("_requests", "_tokens")
+    Args:
+        recent: half-life of the recent routed load.
+        clock: wall clock (``time.time``), injected for tests and simulations.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_recent", "_requests", "_tokens")
+
+    def __init__(self, recent: RecentConfig | None = None, clock: Callable[[], float] = time.time) -> None:
         self._requests: dict[str, int] = {}
         self._tokens: dict[str, int] = {}
+        self._recent = RecentSums(recent or RecentConfig(), clock)
 
     def acquire(self, worker: str, tokens: int) -> None:
         self._requests[worker] = self._requests.get(worker, 0) + 1
@@ -24,8 +32,13 @@ class MemoryLoadBoard:
         self._requests[worker] = max(0, self._requests.get(worker, 0) - 1)
         self._tokens[worker] = max(0, self._tokens.get(worker, 0) - tokens)
 
+    def add_routed(self, worker: str, tokens: int) -> None:
+        self._recent.add(worker, tokens)
+        self._requests.setdefault(worker, 0)
+
     def get(self, worker: str) -> WorkerLoad:
-        return WorkerLoad(self._requests.get(worker, 0), self._tokens.get(worker, 0))
+        tokens, requests = self._recent.value(worker, self._recent.now())
+        return WorkerLoad(self._requests.get(worker, 0), self._tokens.get(worker, 0), tokens, requests)
 
     def snapshot(self) -> Mapping[str, WorkerLoad]:
-        return {w: WorkerLoad(n, self._tokens.get(w, 0)) for w, n in self._requests.items()}
+        return {w: self.get(w) for w in self._requests}

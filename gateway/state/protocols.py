@@ -14,20 +14,29 @@ from typing import Protocol
 
 @dataclass(frozen=True, slots=True)
 class WorkerLoad:
-    """In-flight work the gateway(s) sent a worker and have not seen finish."""
+    """In-flight work the gateway(s) sent a worker and have not seen finish, and what they routed lately.
+
+    ``recent_tokens`` / ``recent_requests``: the prompt + completion-budget tokens (and the requests) every
+    replica routed to the worker, exponentially decayed (``gateway.state.recent``; a replica that leaves
+    takes its share with it).
+    """
 
     inflight_requests: int = 0
     inflight_tokens: int = 0
+    recent_tokens: float = 0.0
+    recent_requests: float = 0.0
 
 
 class LoadBoard(Protocol):
     """In-flight requests and tokens per worker.
 
     Contract: every ``acquire`` is paired with exactly one ``release`` of the same figures (callers use
-    ``try/finally``); counters never go below zero.
+    ``try/finally``); counters never go below zero. ``add_routed`` is never undone.
     """
 
     def acquire(self, worker: str, tokens: int) -> None: ...
+
+    def add_routed(self, worker: str, tokens: int) -> None: ...
 
     def release(self, worker: str, tokens: int) -> None: ...
 

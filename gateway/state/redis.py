@@ -1,11 +1,13 @@
 """Redis state for gateway replicas: a ``LoadBoard`` whose figures are shared through Redis.
 
-Each replica counts its own in-flight work locally (synchronous, never waits on Redis) and a background task
-publishes those figures and pulls the other replicas'. A replica writes its *absolute* counts to its own
-hash ``kvgate:load:{replica}`` (``HSET`` + ``PEXPIRE``, one pipeline) rather than ``HINCRBY`` deltas: a
-lost write or a Redis restart then heals at the next push, and a replica that dies vanishes with its key's
-TTL instead of leaving increments behind. Redis down: the board answers local figures only, ``degraded``
-is set, a warning is logged once per interval, and it recovers by itself.
+Each replica counts its own in-flight work and recent routed work locally (synchronous, never waits on
+Redis) and a background task publishes those figures and pulls the other replicas'. A replica writes its
+*absolute* figures to its own hash ``kvgate:load:{replica}`` (``HSET`` + ``PEXPIRE``, one pipeline) rather
+than ``HINCRBY`` deltas: a lost write or a Redis restart then heals at the next push, and a replica that dies
+vanishes with its key's TTL instead of leaving increments behind. Fields: ``{worker}\0r`` / ``{worker}\0t``
+in-flight requests / tokens; ``{worker}\0s`` / ``{worker}\0q`` decayed sums of routed tokens / requests,
+relative to the field ``epoch`` (``gateway.state.recent``). Redis down: the board answers local figures
+only, ``degraded`` is set, a warning is logged once per interval, and it recovers by itself.
 
 The KV index's Redis side lives in ``gateway/kvindex/`` (stream and relays), not here.
 """
@@ -18,10 +20,11 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, cast
 
 from gateway.state.protocols import WorkerLoad
+from gateway.state.recent import RecentConfig, RecentSums, decayed
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -32,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 KEY_PREFIX: Final = "kvgate:load:"
 _SEP: Final = "\x00"
+_EPOCH: Final = b"epoch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,7 @@ class RedisLoadConfig:
     sync_interval_s: float = 0.05
     key_ttl_s: float = 5.0
     warn_interval_s: float = 30.0
+    recent: RecentConfig = field(default_factory=RecentConfig)
 
 
 class RedisLoadBoard:
@@ -59,13 +64,16 @@ class RedisLoadBoard:
         replica_id: str | None = None,
         config: RedisLoadConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._redis = redis
         self.replica_id = replica_id or uuid.uuid4().hex
         self.config = config or RedisLoadConfig()
         self._clock = clock
-        self._own: dict[str, list[int]] = {}
-        self._others: dict[str, WorkerLoad] = {}
+        self._own: dict[str, list[int]] = {}  # worker -> [in-flight requests, in-flight tokens]
+        self._recent = RecentSums(self.config.recent, wall_clock)
+        self._others: dict[str, WorkerLoad] = {}  # recent figures as of ``_pulled_at``
+        self._pulled_at = 0.0
         self._last_warning = float("-inf")
         self.degraded = False
 
@@ -83,14 +91,26 @@ class RedisLoadBoard:
         counts[0] = max(0, counts[0] - 1)
         counts[1] = max(0, counts[1] - tokens)
 
+    def add_routed(self, worker: str, tokens: int) -> None:
+        self._recent.add(worker, tokens)
+        self._own.setdefault(worker, [0, 0])
+
     def get(self, worker: str) -> WorkerLoad:
+        now = self._recent.now()
         own = self._own.get(worker)
+        tokens, requests = self._recent.value(worker, now)
         other = self._others.get(worker)
-        if other is None:
-            return WorkerLoad(own[0], own[1]) if own else WorkerLoad()
-        if own is None:
-            return other
-        return WorkerLoad(own[0] + other.inflight_requests, own[1] + other.inflight_tokens)
+        if other is not None:
+            h = self._recent.half_life_s
+            tokens += decayed(other.recent_tokens, self._pulled_at, now, h)
+            requests += decayed(other.recent_requests, self._pulled_at, now, h)
+            return WorkerLoad(
+                (own[0] if own else 0) + other.inflight_requests,
+                (own[1] if own else 0) + other.inflight_tokens,
+                tokens,
+                requests,
+            )
+        return WorkerLoad(own[0], own[1], tokens, requests) if own else WorkerLoad(0, 0, tokens, requests)
 
     def snapshot(self) -> Mapping[str, WorkerLoad]:
         return {w: self.get(w) for w in self._own.keys() | self._others.keys()}
@@ -113,10 +133,15 @@ class RedisLoadBoard:
     async def sync_once(self) -> None:
         """Publish this replica's figures and pull the others' (one round trip each)."""
         ttl_ms = int(self.config.key_ttl_s * 1000)
+        self._recent.now()  # rebase before publishing
         async with self._redis.pipeline(transaction=False) as pipe:
-            mapping = {f"{w}{_SEP}r": c[0] for w, c in self._own.items()}
+            mapping: dict[str, float | int] = {f"{w}{_SEP}r": c[0] for w, c in self._own.items()}
             mapping.update({f"{w}{_SEP}t": c[1] for w, c in self._own.items()})
+            for w, tokens, requests in self._recent.items():
+                mapping[f"{w}{_SEP}s"] = tokens
+                mapping[f"{w}{_SEP}q"] = requests
             if mapping:
+                mapping["epoch"] = self._recent.epoch
                 pipe.hset(self.key, mapping=mapping)  # type: ignore[arg-type]
                 pipe.pexpire(self.key, ttl_ms)
             await pipe.execute()
@@ -126,7 +151,9 @@ class RedisLoadBoard:
             for key in others:
                 pipe.hgetall(key)
             hashes = cast("list[dict[bytes, bytes]]", await pipe.execute())
-        self._others = _sum_figures(hashes)
+        now = self._recent.now()
+        self._others = _sum_figures(hashes, now, self._recent.half_life_s)
+        self._pulled_at = now
         if self.degraded:
             logger.warning("Redis state reachable again: load figures are fleet-wide")
         self.degraded = False
@@ -140,14 +167,24 @@ class RedisLoadBoard:
             logger.warning("Redis state unreachable (%s): load figures are this replica's only", exc)
 
 
-def _sum_figures(hashes: list[dict[bytes, bytes]]) -> dict[str, WorkerLoad]:
-    totals: dict[str, list[int]] = {}
+def _sum_figures(hashes: list[dict[bytes, bytes]], now: float, half_life_s: float) -> dict[str, WorkerLoad]:
+    """Other replicas' figures summed per worker; recent sums evaluated at ``now``."""
+    counts: dict[str, list[int]] = {}
+    recent: dict[str, list[float]] = {}
     for fields in hashes:
+        epoch = float(fields.get(_EPOCH, b"0"))
         for raw, value in fields.items():
             worker, _, kind = raw.decode().rpartition(_SEP)
-            counts = totals.setdefault(worker, [0, 0])
-            counts[0 if kind == "r" else 1] += int(value)
-    return {w: WorkerLoad(r, t) for w, (r, t) in totals.items()}
+            if kind in ("r", "t"):
+                counts.setdefault(worker, [0, 0])[kind == "t"] += int(value)
+            elif kind in ("s", "q"):
+                recent.setdefault(worker, [0.0, 0.0])[kind == "q"] += decayed(
+                    float(value), epoch, now, half_life_s
+                )
+    return {
+        w: WorkerLoad(*counts.get(w, (0, 0)), *recent.get(w, (0.0, 0.0)))
+        for w in counts.keys() | recent.keys()
+    }
 
 
 @contextlib.asynccontextmanager

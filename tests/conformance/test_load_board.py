@@ -62,3 +62,17 @@ def test_snapshot_is_a_copy(board: LoadBoard) -> None:
     snap = dict(board.snapshot())
     board.acquire("a", 1)
     assert snap["a"] == WorkerLoad(1, 1)
+
+
+def test_routed_work_shows_as_recent_load(board: LoadBoard) -> None:
+    board.add_routed("a", 100)
+    board.acquire("a", 10)
+    board.release("a", 10)
+    board.add_routed("a", 50)
+    board.add_routed("a", -5)  # nonsense tokens count as 0, the request still counts
+    load = board.get("a")
+    assert (load.inflight_requests, load.inflight_tokens) == (0, 0)
+    assert load.recent_tokens == pytest.approx(150, rel=0.01)  # a 30 s half-life: ~no decay within a test
+    assert load.recent_requests == pytest.approx(3, rel=0.01)
+    assert board.snapshot()["a"].recent_tokens == pytest.approx(150, rel=0.01)
+    assert board.get("nobody").recent_tokens == 0.0

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from policies import PolicyContext, RouteRequest, WorkerId, WorkerView, build_policy
-from policies.builtin.prefix_cache_aware import CacheCostParams, LoadHistory, ttft_costs
+from policies.builtin.prefix_cache_aware import CacheCostParams, Recent, ttft_costs
 from tests.unit.policies.fleets import worker
 
 BS = 16
@@ -96,7 +96,8 @@ def test_ties_are_broken_by_the_seed_not_the_order() -> None:
         {"hotspot_margin": -1},
         {"balance_weight": -1},
         {"inflight_weight": 2.0},
-        {"balance_half_life_s": 0},
+        {"load_bound": 0.9},
+        {"bound_slack_prompts": -1},
         {"bogus": 1},
     ],
     ids=[
@@ -105,7 +106,8 @@ def test_ties_are_broken_by_the_seed_not_the_order() -> None:
         "negative_margin",
         "negative_balance",
         "inflight_weight_above_one",
-        "zero_half_life",
+        "bound_below_one",
+        "negative_slack",
         "unknown_key",
     ],
 )
@@ -116,56 +118,66 @@ def test_bad_params_stop_startup(params: dict[str, Any]) -> None:
         build_policy({"type": "prefix_cache_aware", "params": params}, PolicyContext())
 
 
-def _history(policy: Any, now: list[float], loads: dict[str, int], seconds: int) -> None:
-    """Let ``policy`` see these in-flight tokens once a second for ``seconds`` (fake clock)."""
-    fleet = [worker(w, inflight_tokens=t) for w, t in loads.items()]
-    for _ in range(seconds):
-        now[0] += 1.0
-        policy.select(REQ, fleet)
+def _recent(loads: dict[str, float], mean_request: float = 1000.0, **hits: int) -> list[WorkerView]:
+    """Views whose shared recent figures say each worker received ``loads`` tokens lately."""
+    return [
+        worker(w, recent_tokens=t, recent_requests=t / mean_request, gpu_hit_blocks=hits.get(w, 0))
+        for w, t in loads.items()
+    ]
 
 
-def _policy(now: list[float], **params: object) -> Any:
-    ctx = PolicyContext(rng=random.Random(0), block_size=BS, clock=lambda: now[0])
-    return build_policy({"type": "prefix_cache_aware", "params": params}, ctx)
+def test_cold_requests_go_to_the_worker_that_received_least_lately() -> None:
+    # Idle now, nothing cached: the bare cost model would draw at random; the recent load says "c".
+    assert {_pick(_recent({"a": 60_000, "b": 60_000, "c": 15_000}), seed=s) for s in range(10)} == {"c"}
 
 
-def test_cold_requests_go_to_the_least_loaded_worker_over_time() -> None:
-    now = [0.0]
-    policy = _policy(now)
-    _history(policy, now, {"a": 2000, "b": 2000, "c": 500}, seconds=60)
-    # Idle now, nothing cached: the bare cost model would draw at random; the history says "c".
-    assert policy.select(REQ, [worker("a"), worker("b"), worker("c")]).worker == "c"
+def test_a_shared_system_prompt_does_not_outweigh_balance_but_a_deep_session_does() -> None:
+    # "b" received 20 mean requests less than "a": charged 1 * 1000 * 20k / (30k + 2k) = 625 tokens on "a"
+    loads = {"a": 40_000, "b": 20_000}
+    assert _pick(_recent(loads, a=8), load_bound=0.0) == "b"  # 128 tokens of system prompt on "a"
+    assert _pick(_recent(loads, a=63), load_bound=0.0) == "a"  # 1008 of the 1024 tokens cached on "a"
 
 
-def test_new_sessions_leave_a_busy_warm_worker_but_deep_ones_stay() -> None:
-    now = [0.0]
-    policy = _policy(now)
-    # "a" carried 20% more than the mean for minutes: charged about 3 * 0.2 * 1024 = 614 tokens.
-    _history(policy, now, {"a": 1200, "b": 800}, seconds=300)
-    shared_system_prompt = [worker("a", gpu_hit_blocks=16), worker("b")]  # saves 256 tokens on "a"
-    assert policy.select(REQ, shared_system_prompt).worker == "b"
-    deep_history = [worker("a", gpu_hit_blocks=63), worker("b")]  # saves 1008 tokens on "a"
-    assert policy.select(REQ, deep_history).worker == "a"
+def test_a_worker_past_the_load_bound_loses_its_cache_credit() -> None:
+    loads = {"a": 180_000, "b": 100_000, "c": 100_000}  # "a" at 1.42x the mean
+    fleet = _recent(loads, a=63)
+    assert _pick(fleet, balance_weight=0.0) in {"b", "c"}  # the session spills and gets copied
+    assert _pick(fleet, balance_weight=0.0, load_bound=0.0) == "a"
+    assert _pick(fleet, balance_weight=0.0, load_bound=1.5) == "a"  # under a looser bound it stays
 
 
-def test_balance_weight_zero_is_the_bare_cost_model() -> None:
-    now = [0.0]
-    policy = _policy(now, balance_weight=0.0)
-    _history(policy, now, {"a": 5000, "b": 0}, seconds=60)
-    assert policy.select(REQ, [worker("a", gpu_hit_blocks=16), worker("b")]).worker == "a"
+def test_the_bound_leaves_a_young_fleet_room() -> None:
+    # one request of history: "a" holds all of it (8x the mean), yet a session's next turn stays with it
+    fleet = _recent({"a": 1100, "b": 0, "c": 0, "d": 0}, mean_request=1100, a=60)
+    assert _pick(fleet, balance_weight=0.0) == "a"
 
 
-def test_load_history_is_a_time_weighted_average_with_a_half_life() -> None:
-    now = [0.0]
-    history = LoadHistory(half_life_s=10.0, clock=lambda: now[0])
-    assert list(history.observe([worker("a", inflight_tokens=800)], 100).load) == [0.0]  # no history yet
-    now[0] = 10.0  # one half-life on, the sample weighs half
-    first = history.observe([worker("a", inflight_tokens=800)], 100)
-    assert list(first.load) == pytest.approx([400.0])
-    now[0] = 20.0
-    later = history.observe([worker("a", inflight_tokens=0), worker("new", inflight_tokens=60)], 300)
-    assert list(later.load) == pytest.approx([200.0, 30.0])
-    assert later.mean_prompt == pytest.approx((100 + (300 - 100) / 2) * 0.75)  # 2 half-lives: 3/4 there
+def test_a_long_prompt_may_go_to_its_warm_worker_at_the_mean() -> None:
+    big = RouteRequest(model="m", num_prompt_tokens=50_000, block_hashes=tuple(range(3125)))
+    fleet = _recent({"a": 100_000, "b": 100_000}, a=3000)
+    ctx = PolicyContext(rng=random.Random(0), block_size=BS)
+    assert build_policy("prefix_cache_aware", ctx).select(big, fleet).worker == "a"
+
+
+def test_balance_weight_and_bound_zero_are_the_bare_cost_model() -> None:
+    fleet = _recent({"a": 500_000, "b": 0}, a=16)
+    assert _pick(fleet, balance_weight=0.0, load_bound=0.0) == "a"
+
+
+def test_recent_is_read_from_the_views() -> None:
+    recent = Recent.of(_recent({"a": 3000, "b": 1000}, mean_request=500))
+    assert list(recent.load) == [3000, 1000] and recent.mean_request == pytest.approx(500)
+    assert Recent.of([worker("a"), worker("b")]).mean_request == 0.0  # nothing routed yet: no term
+
+
+def test_balance_costs_are_zero_for_the_least_loaded_and_grow_with_the_excess() -> None:
+    p = CacheCostParams(load_bound=0.0)
+    fleet = [worker("a"), worker("b"), worker("c")]
+    costs = ttft_costs(REQ, fleet, p, BS, Recent([0.0, 1000.0, 2000.0], mean_request=1000.0))
+    a, b, c = (costs[WorkerId(w)] for w in "abc")
+    assert a == pytest.approx(BLOCKS * BS + 1.0)
+    assert b - a == pytest.approx(1.0 * 1000.0 * 1000.0 / (1000.0 + 2000.0))
+    assert c - a == pytest.approx(2 * (b - a))
 
 
 def test_inflight_weight_discounts_in_flight_tokens() -> None:

@@ -128,6 +128,21 @@ def test_prefix_needs_feed_hits_to_the_policy_and_record_the_choice() -> None:
     assert index.recorded == [("w1", (11, 22))]
 
 
+def test_routed_work_is_counted_per_worker_and_shown_to_the_policy() -> None:
+    analyzer, index = FakeAnalyzer(), FakeIndex(hits={"w1": PrefixHit(gpu_blocks=2)})
+    policy = FakePolicy(needs=frozenset({Need.BLOCK_HASHES, Need.PREFIX_HITS}))
+    router = _router(policy, _fleet("m", "m"), analyzer, index)
+    router.route(router.prepare(_parsed(), {}))  # 40 prompt tokens + max_tokens 7, to w1
+    router.route(router.prepare(_parsed(), {}))
+    _, views = policy.seen[-1]
+    recent = {v.id: (round(v.recent_tokens), round(v.recent_requests)) for v in views}
+    assert recent == {"w0": (0, 0), "w1": (47, 1)}  # the first request, seen by the second
+    explained = router.explain(router.prepare(_parsed(), {}))
+    assert round(next(v.recent_tokens for v in explained.views if v.id == "w1")) == 94  # explain adds nothing
+    again = router.explain(router.prepare(_parsed(), {}))
+    assert round(next(v.recent_tokens for v in again.views if v.id == "w1")) == 94
+
+
 def test_tokens_need_without_prefix_need_skips_lookup() -> None:
     analyzer, index = FakeAnalyzer(), FakeIndex()
     router = _router(FakePolicy(needs=frozenset({Need.TOKENS})), _fleet("m"), analyzer, index)

@@ -40,6 +40,21 @@ async def test_replicas_see_each_others_inflight_work(redis_url: str) -> None:
         await eventually(lambda: one.load.get("w1") == WorkerLoad(1, 100))
 
 
+async def test_replicas_see_the_same_recent_routed_load(redis_url: str) -> None:
+    async with (
+        open_redis_state(redis_url, config=FAST) as one,
+        open_redis_state(redis_url, config=FAST) as two,
+    ):
+        one.load.add_routed("w1", 1000)
+        two.load.add_routed("w1", 24)
+        two.load.add_routed("w2", 7)
+        near = lambda x: pytest.approx(x, rel=0.01)  # noqa: E731 - 30 s half-life, a test takes < 1 s
+        await eventually(lambda: one.load.get("w1").recent_tokens == near(1024))
+        await eventually(lambda: two.load.get("w1").recent_tokens == near(1024))
+        assert two.load.get("w1").recent_requests == near(2)
+        await eventually(lambda: one.load.snapshot()["w2"].recent_tokens == near(7))
+
+
 async def test_a_closed_replica_no_longer_counts(redis_url: str) -> None:
     async with open_redis_state(redis_url, config=FAST) as one:
         async with open_redis_state(redis_url, config=FAST) as two:

@@ -1,0 +1,241 @@
+"""Offline routing replay: a workload through N simulated worker caches and the REAL policy objects.
+
+``bench_routing`` measures a live fleet (a minute a case); this replays the same sessions in simulated time
+in a second or two, so a policy's balance/hit-rate trade-off can be explored before it is measured live.
+What is modelled: each worker's KV cache (the engines' own ``BlockManager`` LRU, ``capacity_tokens``), a FIFO
+prefill queue at ``prefill_tps`` and decode at ``decode_tps`` per sequence (the simulated worker's timing),
+sessions whose next turn starts when the previous one ends (the driver's behaviour), gateway replicas as
+separate policy instances (a session sticks to one replica, as the driver pins it) that see the same load
+board (the gateway's ``MemoryLoadBoard`` on simulated time: in-flight = uncached prompt + completion budget,
+recent routed tokens).
+What is not: the index's event lag, Redis sync lag, network and CPU time. Hits are what the chosen worker's
+cache holds when the request arrives (the gateway's predictions make it see the same).
+
+Run: ``python -m loadtest.route_sim [--scenarios ...] [--replicas 1,4] [--pca-params JSON]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import random
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from gateway.state.memory import MemoryLoadBoard
+from gateway.state.recent import DEFAULT_HALF_LIFE_S, RecentConfig
+from gateway.tokenize.analyzer import Endpoint
+from gateway.tokenize.bundle import byte_bundle
+from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
+from loadtest.workloads import Session
+from policies.api import Observer, Policy, PolicyContext, RouteRequest, WorkerId, WorkerView
+from policies.registry import build_policy
+from workers.engine.block_manager import BlockManager
+
+
+@dataclass(frozen=True, slots=True)
+class SimFleet:
+    """The simulated fleet: worker count, cache size and timing (the ``bench_routing`` defaults)."""
+
+    workers: int = 8
+    capacity_tokens: int = 16_384
+    block_size: int = 16
+    prefill_tps: float = 20_000.0
+    decode_tps: float = 100.0
+
+
+@dataclass(slots=True)
+class SimResult:
+    """Totals of one replay."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    hit_tokens: int = 0
+    ttfts: list[float] = field(default_factory=list)
+    per_worker: list[int] = field(default_factory=list)
+    prefill_per_worker: list[int] = field(default_factory=list)
+    ideal_hit_rate: float = float("nan")
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else float("nan")
+
+    @property
+    def imbalance(self) -> float:
+        total = sum(self.per_worker)
+        return max(self.per_worker) * len(self.per_worker) / total if total else float("nan")
+
+    @property
+    def prefill_imbalance(self) -> float:
+        total = sum(self.prefill_per_worker)
+        return max(self.prefill_per_worker) * len(self.prefill_per_worker) / total if total else float("nan")
+
+    def ttft_p(self, q: float) -> float:
+        s = sorted(self.ttfts)
+        return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+@dataclass(slots=True)
+class _Worker:
+    cache: BlockManager
+    prefill_free_at: float = 0.0
+    inflight: list[tuple[float, int]] = field(default_factory=list)  # (end time, accounted tokens)
+
+
+def replay(
+    sessions: Sequence[Session],
+    arrivals: Sequence[float],
+    policy_spec: dict[str, object],
+    *,
+    fleet: SimFleet = SimFleet(),
+    replicas: int = 1,
+    max_requests: int | None = None,
+    seed: int = 0,
+    recent_half_life_s: float = DEFAULT_HALF_LIFE_S,
+) -> SimResult:
+    """Replay ``sessions`` (starting at ``arrivals``) through ``replicas`` instances of the policy."""
+    now = [0.0]
+    clock: Callable[[], float] = lambda: now[0]  # noqa: E731 - the simulated clock
+    policies: list[Policy] = [
+        build_policy(
+            policy_spec, PolicyContext(clock=clock, rng=random.Random(seed + i), block_size=fleet.block_size)
+        )
+        for i in range(replicas)
+    ]
+    workers = [
+        _Worker(BlockManager(fleet.capacity_tokens // fleet.block_size, fleet.block_size))
+        for _ in range(fleet.workers)
+    ]
+    ids = [WorkerId(f"w{i}") for i in range(fleet.workers)]
+    # the gateway's own recent-load accounting, on simulated time
+    board = MemoryLoadBoard(RecentConfig(recent_half_life_s), clock=clock)
+    bundle = byte_bundle()
+    result = SimResult(per_worker=[0] * fleet.workers, prefill_per_worker=[0] * fleet.workers)
+    sent: list[PromptBlocks] = []
+    events: list[tuple[float, int, int]] = [(at, i, 0) for i, at in enumerate(arrivals)]
+    heapq.heapify(events)
+    budget = max_requests if max_requests is not None else 1 << 62
+    seq = 0
+    while events and budget > 0:
+        at, si, turn = heapq.heappop(events)
+        now[0] = at
+        session = sessions[si]
+        req = session.requests[turn]
+        blocks = prompt_blocks(req.body, Endpoint(req.endpoint), bundle, block_size=fleet.block_size)
+        budget -= 1
+        views = []
+        for wid, w in zip(ids, workers, strict=True):
+            w.inflight = [(end, tok) for end, tok in w.inflight if end > at]
+            hit = w.cache.num_cached_prefix_blocks(blocks.block_hashes, blocks.num_tokens)
+            load = board.get(wid)
+            views.append(
+                WorkerView(
+                    id=wid,
+                    inflight_requests=len(w.inflight),
+                    inflight_tokens=sum(t for _, t in w.inflight),
+                    gpu_hit_blocks=hit,
+                    recent_tokens=load.recent_tokens,
+                    recent_requests=load.recent_requests,
+                )
+            )
+        rreq = RouteRequest(
+            model="m", num_prompt_tokens=blocks.num_tokens, block_hashes=blocks.block_hashes,
+            session_id=session.id, max_tokens=blocks.output_tokens,
+        )  # fmt: skip
+        policy = policies[zlib.crc32(session.id.encode()) % replicas]
+        decision = policy.select(rreq, views)
+        assert decision.worker is not None
+        if isinstance(policy, Observer):
+            policy.on_routed(rreq, decision)
+        wi = ids.index(decision.worker)
+        w = workers[wi]
+        cache = w.cache
+        seq += 1
+        name = f"r{seq}"
+        if cache.blocks_for(blocks.num_tokens + blocks.output_tokens) > cache.num_total_blocks:
+            hit_tokens = 0
+        else:
+            hit_tokens = (
+                cache.allocate(name, blocks.num_tokens, blocks.block_hashes, root=0) * fleet.block_size
+            )
+            cache.append_slots(name, blocks.num_tokens + blocks.output_tokens)
+            cache.commit(name, range(blocks.num_tokens))
+            cache.free(name)
+        uncached = blocks.num_tokens - hit_tokens
+        start = max(at, w.prefill_free_at)
+        first = start + uncached / fleet.prefill_tps
+        w.prefill_free_at = first
+        end = first + blocks.output_tokens / fleet.decode_tps
+        w.inflight.append((end, uncached + blocks.output_tokens))
+        board.add_routed(decision.worker, blocks.num_tokens + blocks.output_tokens)
+        result.requests += 1
+        result.prompt_tokens += blocks.num_tokens
+        result.hit_tokens += hit_tokens
+        result.ttfts.append(first - at)
+        result.per_worker[wi] += blocks.num_tokens
+        result.prefill_per_worker[wi] += uncached
+        sent.append(blocks)
+        if turn + 1 < len(session.requests):
+            heapq.heappush(events, (end, si, turn + 1))
+    result.ideal_hit_rate = ideal_replay(
+        sent, fleet.workers * fleet.capacity_tokens, fleet.block_size
+    ).hit_rate
+    return result
+
+
+def poisson_arrivals(n: int, rate: float, seed: int = 0) -> list[float]:
+    """The driver's open-loop session arrivals (``loadtest.driver``)."""
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        out.append(t)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from loadtest.bench_routing import SCENARIOS
+
+    ap = argparse.ArgumentParser(prog="python -m loadtest.route_sim", description=__doc__.split("\n")[0])
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--policies", default="round_robin,least_load,prefix_cache_aware")
+    ap.add_argument("--replicas", default="1,4")
+    ap.add_argument("--pca-params", default="{}", help="prefix_cache_aware params as JSON")
+    ap.add_argument("--seeds", type=int, default=1, help="repeat with this many seeds (policy RNG, arrivals)")
+    args = ap.parse_args(argv)
+    params = json.loads(args.pca_params)
+    print(
+        "| scenario | policy | replicas | seed | hit rate | ideal | hit/ideal | TTFT p50 ms | p99 ms "
+        "| imbalance | prefill imb |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.scenarios.split(","):
+        sc = SCENARIOS[name]
+        sessions = sc.sessions(False)
+        for seed in range(args.seeds):
+            if sc.rate is not None:
+                arrivals = poisson_arrivals(len(sessions), sc.rate, seed)
+            else:
+                arrivals = [float(s.arrival_s or 0.0) for s in sessions]
+            for pol in args.policies.split(","):
+                spec: dict[str, object] = {"type": pol}
+                if pol == "prefix_cache_aware" and params:
+                    spec["params"] = params
+                for n in (int(x) for x in args.replicas.split(",")):
+                    if n > 1 and pol != "prefix_cache_aware":
+                        continue
+                    r = replay(sessions, arrivals, spec, replicas=n, max_requests=sc.max_requests, seed=seed)
+                    print(
+                        f"| {name} | {pol} | {n} | {seed} | {r.hit_rate:.1%} | {r.ideal_hit_rate:.1%} "
+                        f"| {r.hit_rate / r.ideal_hit_rate:.2f} | {r.ttft_p(0.5) * 1e3:.1f} "
+                        f"| {r.ttft_p(0.99) * 1e3:.1f} "
+                        f"| {r.imbalance:.2f} | {r.prefill_imbalance:.2f} |",
+                        flush=True,
+                    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""Decayed routed-load sums: exact decay, epoch rebasing, and sums that replicas can add up."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.state.memory import MemoryLoadBoard
+from gateway.state.recent import RecentConfig, RecentSums, decayed
+
+
+def test_a_sum_halves_every_half_life() -> None:
+    now = [1000.0]
+    sums = RecentSums(RecentConfig(half_life_s=10.0), clock=lambda: now[0])
+    sums.add("w", 800)
+    assert sums.value("w", now[0]) == pytest.approx((800.0, 1.0))
+    now[0] += 10.0
+    sums.add("w", 100)
+    assert sums.value("w", now[0]) == pytest.approx((500.0, 1.5))
+    assert sums.value("w", now[0] + 20.0) == pytest.approx((125.0, 0.375))
+    assert sums.value("other", now[0]) == (0.0, 0.0)
+
+
+def test_rebasing_keeps_every_value() -> None:
+    now = [595.0]
+    sums = RecentSums(RecentConfig(half_life_s=30.0, rebase_s=600.0), clock=lambda: now[0])
+    sums.add("w", 1000)
+    assert sums.epoch == 0.0
+    now[0] = 605.0
+    before = sums.value("w", now[0])
+    sums.add("x", 1)  # crosses into the next epoch: the stored sums are rescaled
+    assert sums.epoch == 600.0
+    assert sums.value("w", now[0]) == pytest.approx(before)
+    assert before[0] == pytest.approx(1000.0 * 2 ** (-10 / 30))
+
+
+def test_sums_stay_finite_over_a_long_run() -> None:
+    now = [0.0]
+    sums = RecentSums(RecentConfig(half_life_s=1.0, rebase_s=60.0), clock=lambda: now[0])
+    for _ in range(10_000):  # ~2.8 hours at one request a second, half-life 1 s
+        now[0] += 1.0
+        sums.add("w", 100)
+    tokens, requests = sums.value("w", sums.now())
+    assert tokens == pytest.approx(200.0) and requests == pytest.approx(2.0)  # 100 * (1 + 1/2 + 1/4 ...)
+    assert all(t < 1e30 for _, t, _ in sums.items())
+
+
+def test_a_published_sum_is_read_at_any_time_by_anyone() -> None:
+    now = [1234.0]
+    sums = RecentSums(RecentConfig(half_life_s=10.0), clock=lambda: now[0])
+    sums.add("w", 400)
+    (_, published, _), epoch = next(sums.items()), sums.epoch
+    assert decayed(published, epoch, 1244.0, 10.0) == pytest.approx(200.0)  # what another replica computes
+
+
+def test_memory_board_reports_recent_load_on_its_clock() -> None:
+    now = [50.0]
+    board = MemoryLoadBoard(RecentConfig(half_life_s=5.0), clock=lambda: now[0])
+    board.add_routed("w", 300)
+    now[0] += 5.0
+    load = board.get("w")
+    assert (load.recent_tokens, load.recent_requests) == pytest.approx((150.0, 0.5))
+    assert set(board.snapshot()) == {"w"}
+
+
+def test_bad_config_is_refused() -> None:
+    with pytest.raises(ValueError):
+        RecentConfig(half_life_s=0)
