@@ -7,12 +7,14 @@ Every case starts a fresh fleet (``loadtest.fleet``): 8 simulated workers whose 
 each) are much smaller than the working set, prefill-dominated timings like a GPU fleet (20k prompt
 tokens/s of prefill, 100 tokens/s of decode per sequence, 32 batch slots), and one gateway, or four sharing
 a private ``redis-server``. Workloads: multi-turn chat and shared-prefix groups (open loop, Poisson), and
-the Mooncake conversation trace (``../shared/traces``) replayed on token-id prompts, scaled down 16× in
-length and sped up. Per case: fleet cache hit rate (``cached_tokens`` / prompt tokens), the ideal hit rate
+the first 1,000 records of the Mooncake conversation trace (``../shared/traces``) replayed on token-id
+prompts, scaled down 32× in length (one 512-token trace block = one 16-token KV block) and sped up 10×.
+Per case: fleet cache hit rate (``cached_tokens`` / prompt tokens), the ideal hit rate
 of the same request sequence through ONE cache of the fleet's capacity (``loadtest.ideal_cache``), TTFT
 p50/p99, load imbalance (max/mean over the 8 workers of prompt tokens served, and of prefill work, i.e.
 uncached tokens) and the gateways' CPU share. Rates are kept modest: gateway, workers and driver share
-this machine's two cores.
+this machine's two cores. Each case's requests are written to ``OUT/records/`` (JSON lines). The same
+scenarios replay offline, in seconds, through ``python -m loadtest.route_sim``.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def _shared_prefix(quick: bool) -> list[Session]:
 
 
 def _trace(quick: bool) -> list[Session]:
-    opts = TraceOptions(speedup=10.0, scale=32, max_output_tokens=16, limit=600 if quick else 1600)
+    opts = TraceOptions(speedup=10.0, scale=32, max_output_tokens=16, limit=400 if quick else 1000)
     return trace_sessions(TRACE, opts)
 
 
