@@ -25,6 +25,7 @@ from gateway.api.errors import http_error_handler, kvgate_error_handler
 from gateway.api.openai_routes import CompletionEndpoint, list_models
 from gateway.deps import DepsOverrides, open_deps
 from gateway.errors import KvgateError
+from gateway.observability.loop_lag import watch_loop_lag
 from gateway.reload import WorkerSource, reload
 from gateway.settings import Settings
 from gateway.tokenize.analyzer import Endpoint
@@ -96,6 +97,7 @@ def create_app(
             await built.health.round()
             async with asyncio.TaskGroup() as tasks:
                 health = tasks.create_task(built.health.run(), name="health-checks")
+                lag = tasks.create_task(watch_loop_lag(built.metrics.loop_lag), name="loop-lag")
                 if built.pools is not None:
                     pools = tasks.create_task(built.pools.run(), name="role-pools")
                 if reload_source is not None:
@@ -109,6 +111,7 @@ def create_app(
                     if reload_source is not None:
                         asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
                     health.cancel()
+                    lag.cancel()
                     if built.pools is not None:
                         pools.cancel()
 

@@ -19,6 +19,7 @@ from gateway.observability.tracing import stage_span
 from gateway.state.protocols import LoadBoard
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _STAGE_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
 _BREAKER_VALUE = {BreakerState.CLOSED: 0.0, BreakerState.HALF_OPEN: 1.0, BreakerState.OPEN: 2.0}
 
@@ -103,6 +104,12 @@ class Metrics:
             buckets=_STAGE_BUCKETS,
             registry=self.registry,
         )
+        self._loop_lag = Histogram(
+            "kvgate_event_loop_lag_seconds",
+            "How late a 100 ms timer fired on the gateway's event loop (time the loop was busy)",
+            buckets=_LAG_BUCKETS,
+            registry=self.registry,
+        )
         self._retries = Counter(
             "kvgate_retries", "Attempts retried on another worker", ["reason"], registry=self.registry
         )
@@ -135,6 +142,9 @@ class Metrics:
     def stage(self, stage: str, seconds: float) -> None:
         self._child(self._stage, stage).observe(seconds)  # type: ignore[union-attr]
         stage_span(stage, seconds)
+
+    def loop_lag(self, seconds: float) -> None:
+        self._loop_lag.observe(seconds)
 
     def retry(self, reason: str) -> None:
         self._child(self._retries, reason).inc()  # type: ignore[union-attr]

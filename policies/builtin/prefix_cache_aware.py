@@ -206,11 +206,12 @@ class PrefixCacheAware:
         pool = candidates(workers, self._roles)
         if not pool:
             return Decision(worker=None, reason="no healthy serving worker")
-        costs = ttft_costs(req, pool, self._p, self._block_size, Recent.of(pool))
+        recent = Recent.of(pool)
+        costs = ttft_costs(req, pool, self._p, self._block_size, recent)
         chosen = cheapest(costs, pool, self._rng)
-        best = costs[chosen.id]
+        best = min(costs.values())
         scores = {wid: best / c for wid, c in costs.items()}
-        ms = best * 1000.0 / self._p.prefill_tokens_per_s
+        ms = costs[chosen.id] * 1000.0 / self._p.prefill_tokens_per_s
         return Decision(worker=chosen.id, scores=scores, reason=f"lowest estimated TTFT ({ms:.0f} ms)")
 
 
