@@ -4,9 +4,11 @@ What it does:
     A cost model, not a threshold switch. For each healthy serving worker it estimates the time to first
     token in prefill-token units::
 
-        cost = backlog + uncached + tier_pull_cost * tier + balance
+        cost = backlog + uncached + tier_pull_cost * tier + balance + overload
         backlog = inflight_weight * inflight_tokens + queue_depth * queued_request_tokens
         balance = balance_weight * mean_request * (recent - least_recent) / (mean_recent + 2 * mean_request)
+        overload = overload_weight * mean_request * max(0, recent - line) / (0.1 * mean_recent)
+        line = max(load_bound * mean_recent, mean_recent + bound_slack_prompts * mean_request)
 
     where ``uncached`` are this request's prompt tokens in neither the worker's cache nor the shared tier,
     and ``tier`` the tokens it would pull from the shared dram/ssd tier. ``recent`` is the worker's share of
@@ -19,10 +21,11 @@ What it does:
     balance term, which sends new sessions and cold prefixes, which save nothing anywhere, to the workers
     that received least lately, and by a bounded-load rule: a worker whose recent load is already above
     ``load_bound`` × the fleet mean (and above the mean by ``bound_slack_prompts`` mean requests, which
-    leaves a young fleet room) loses its cache credit, so its sticky traffic spills to the next-best worker,
-    which then holds a copy of the prefix. The same happens to a hotspot: a worker whose backlog exceeds the
-    fleet mean by more than ``hotspot_margin`` (and by ``hotspot_min_tokens``) loses its cache credit, so a
-    hot prefix gets copied to a second, less loaded worker instead of queueing on one. Ties are broken with
+    leaves a young fleet room) pays a steep overload cost (``overload_weight`` mean requests per 10% of the
+    mean above that line), so its sticky traffic spills to the next-best worker, cheapest hits first, and
+    that worker then holds a copy of the prefix. A hotspot is treated alike: a worker whose backlog exceeds
+    the fleet mean by more than ``hotspot_margin`` (and by ``hotspot_min_tokens``) loses its cache credit, so
+    a hot prefix gets copied to a second, less loaded worker instead of queueing on one. Ties are broken with
     the seeded RNG.
 
 Inputs (needs):
@@ -39,10 +42,12 @@ Parameters:
     hotspot_min_tokens: absolute excess over the mean backlog a hot worker must also have (default 4096).
     balance_weight: mean requests charged when a worker's recent load exceeds the least loaded worker's
         by the mean recent load; 0 turns the balance term off (default 1.0).
-    load_bound: the recent load, relative to the fleet mean, above which a worker loses its cache credit;
+    load_bound: the recent load, relative to the fleet mean, above which a worker pays an overload cost;
         0 turns the bound off (default 1.15).
     bound_slack_prompts: mean requests of extra room under the bound, so a young fleet (a few requests
         each) does not break sessions over one request of difference (default 4.0).
+    overload_weight: mean requests charged per 10% of the fleet mean that a worker's recent load is above
+        the line; 0 turns the overload cost off (default 1.0).
 
 Example config:
     policy:
@@ -89,6 +94,7 @@ class CacheCostParams:
     balance_weight: float = 1.0
     load_bound: float = 1.15
     bound_slack_prompts: float = 4.0
+    overload_weight: float = 1.0
 
     def validate(self) -> None:
         if self.prefill_tokens_per_s <= 0:
@@ -99,8 +105,8 @@ class CacheCostParams:
             raise ValueError("queued_request_tokens and hotspot_min_tokens must be >= 0")
         if not 0.0 <= self.inflight_weight <= 1.0:
             raise ValueError("inflight_weight must be in [0, 1]")
-        if self.hotspot_margin < 0 or self.balance_weight < 0 or self.bound_slack_prompts < 0:
-            raise ValueError("hotspot_margin, balance_weight and bound_slack_prompts must be >= 0")
+        if min(self.hotspot_margin, self.balance_weight, self.bound_slack_prompts, self.overload_weight) < 0:
+            raise ValueError("margins, weights and slack must be >= 0")
         if self.load_bound != 0 and self.load_bound < 1:
             raise ValueError("load_bound must be >= 1 (0 turns the bound off)")
 
@@ -120,26 +126,29 @@ class Recent:
         return cls(load, sum(load) / requests if requests > 0 else 0.0)
 
 
-def _balance(recent: Recent, p: CacheCostParams) -> tuple[list[float], list[bool]]:
-    """Per pool member: the balance cost and whether it is past the load bound.
+def _balance(recent: Recent, p: CacheCostParams) -> list[float]:
+    """Per pool member: the balance cost, plus the overload cost of a worker past the load line.
 
-    Recent loads are counted in mean requests; ``2`` mean requests per worker are added to the mean as a
-    prior, so that one request more or less is not an imbalance before a fleet has seen a few.
+    Balance: recent load above the least loaded worker's, counted in mean requests; ``2`` mean requests per
+    worker are added to the mean as a prior, so one request more or less is no imbalance in a young fleet.
+    Overload: ``overload_weight`` mean requests per 10% of the mean above the line, steep enough that a
+    worker past it keeps only the requests it holds the most of (cheap hits spill first, deep ones stay).
+    The line is crossed by what a worker already holds, never by the request's own size, so a long prompt
+    can always go to its warm worker when that worker is at the mean.
     """
     loads, unit = recent.load, recent.mean_request
     n = len(loads)
     if unit <= 0 or n == 0:
-        return [0.0] * n, [False] * n
+        return [0.0] * n
     mean = sum(loads) / n
     low = min(loads)
     scale = p.balance_weight * unit / (mean + 2.0 * unit)
     costs = [scale * (v - low) for v in loads]
-    if not p.load_bound:
-        return costs, [False] * n
-    # A worker already past the line loses its credit; one at or under it may take any request, however
-    # large (charging the request first would bounce every long prompt off its own warm worker).
+    if not p.load_bound or not p.overload_weight:
+        return costs
     line = max(p.load_bound * mean, mean + p.bound_slack_prompts * unit)
-    return costs, [v > line for v in loads]
+    steep = p.overload_weight * unit / (0.1 * mean)
+    return [c + steep * (v - line) if v > line else c for c, v in zip(costs, loads, strict=True)]
 
 
 def ttft_costs(
@@ -159,16 +168,13 @@ def ttft_costs(
     backlogs = [iw * w.inflight_tokens + w.queue_depth * qtok for w in pool]
     mean = sum(backlogs) / len(backlogs)
     hot_line = max(mean * (1.0 + p.hotspot_margin), mean + p.hotspot_min_tokens)
-    if recent is not None:
-        balance, over = _balance(recent, p)
-    else:
-        balance, over = [0.0] * len(pool), [False] * len(pool)
+    balance = _balance(recent, p) if recent is not None else [0.0] * len(pool)
     pull = p.tier_pull_cost
     costs: dict[WorkerId, float] = {}
-    for w, backlog, extra, bound in zip(pool, backlogs, balance, over, strict=True):
+    for w, backlog, extra in zip(pool, backlogs, balance, strict=True):
         rest = prompt - w.gpu_hit_blocks * block_size  # prompt tokens not in the worker's cache
         cost: float
-        if bound or backlog > hot_line:
+        if backlog > hot_line:
             cost = backlog + prompt  # no cache credit: the request is worth a copy of its prefix elsewhere
         elif rest <= 0:
             cost = backlog

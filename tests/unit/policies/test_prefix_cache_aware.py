@@ -98,6 +98,7 @@ def test_ties_are_broken_by_the_seed_not_the_order() -> None:
         {"inflight_weight": 2.0},
         {"load_bound": 0.9},
         {"bound_slack_prompts": -1},
+        {"overload_weight": -1},
         {"bogus": 1},
     ],
     ids=[
@@ -108,6 +109,7 @@ def test_ties_are_broken_by_the_seed_not_the_order() -> None:
         "inflight_weight_above_one",
         "bound_below_one",
         "negative_slack",
+        "negative_overload_weight",
         "unknown_key",
     ],
 )
@@ -138,12 +140,19 @@ def test_a_shared_system_prompt_does_not_outweigh_balance_but_a_deep_session_doe
     assert _pick(_recent(loads, a=63), load_bound=0.0) == "a"  # 1008 of the 1024 tokens cached on "a"
 
 
-def test_a_worker_past_the_load_bound_loses_its_cache_credit() -> None:
+def test_a_worker_past_the_load_bound_pays_for_it_and_its_cheap_hits_spill() -> None:
     loads = {"a": 180_000, "b": 100_000, "c": 100_000}  # "a" at 1.42x the mean
     fleet = _recent(loads, a=63)
     assert _pick(fleet, balance_weight=0.0) in {"b", "c"}  # the session spills and gets copied
     assert _pick(fleet, balance_weight=0.0, load_bound=0.0) == "a"
     assert _pick(fleet, balance_weight=0.0, load_bound=1.5) == "a"  # under a looser bound it stays
+    assert _pick(fleet, balance_weight=0.0, overload_weight=0.0) == "a"
+    # 34k tokens past the line cost 2.7 mean requests: a 1024-token hit spills, a 4096-token one stays
+    big = RouteRequest(model="m", num_prompt_tokens=4096, block_hashes=tuple(range(256)))
+    deep = _recent(loads, a=256)
+    ctx = PolicyContext(rng=random.Random(0), block_size=BS)
+    spec = {"type": "prefix_cache_aware", "params": {"balance_weight": 0.0}}
+    assert build_policy(spec, ctx).select(big, deep).worker == "a"
 
 
 def test_the_bound_leaves_a_young_fleet_room() -> None:
