@@ -48,6 +48,11 @@ Parameters:
         each) does not break sessions over one request of difference (default 4.0).
     overload_weight: mean requests charged per 10% of the fleet mean that a worker's recent load is above
         the line; 0 turns the overload cost off (default 1.0).
+    near_tie_requests: draw at random among the workers within this many mean requests of the cheapest
+        that hold as much of the prompt; for several gateway replicas behind a bursty balancer, where
+        requests reaching different replicas in the same instant would otherwise all pick the same
+        "least loaded" worker before each other's routing arrives (0.1 measured well, see the README);
+        it costs a little balance with one gateway, hence off by default (default 0.0).
 
 Example config:
     policy:
@@ -95,6 +100,7 @@ class CacheCostParams:
     load_bound: float = 1.15
     bound_slack_prompts: float = 4.0
     overload_weight: float = 1.0
+    near_tie_requests: float = 0.0
 
     def validate(self) -> None:
         if self.prefill_tokens_per_s <= 0:
@@ -105,7 +111,8 @@ class CacheCostParams:
             raise ValueError("queued_request_tokens and hotspot_min_tokens must be >= 0")
         if not 0.0 <= self.inflight_weight <= 1.0:
             raise ValueError("inflight_weight must be in [0, 1]")
-        if min(self.hotspot_margin, self.balance_weight, self.bound_slack_prompts, self.overload_weight) < 0:
+        if min(self.hotspot_margin, self.balance_weight, self.bound_slack_prompts, self.overload_weight,
+               self.near_tie_requests) < 0:  # fmt: skip
             raise ValueError("margins, weights and slack must be >= 0")
         if self.load_bound != 0 and self.load_bound < 1:
             raise ValueError("load_bound must be >= 1 (0 turns the bound off)")
@@ -187,11 +194,17 @@ def ttft_costs(
     return costs
 
 
-def cheapest(costs: dict[WorkerId, float], pool: Sequence[WorkerView], rng: random.Random) -> WorkerView:
-    """The worker of least cost; a seeded draw among equals (a deterministic rule would make replicas,
-    which see the same shared load, herd onto one worker)."""
-    best = min(costs.values())
-    return choose_tied(rng, [w for w in pool if costs[w.id] <= best])
+def cheapest(
+    costs: dict[WorkerId, float], pool: Sequence[WorkerView], rng: random.Random, spread: float = 0.0
+) -> WorkerView:
+    """A seeded draw among the workers within ``spread`` of the least cost that hold as much of the prompt
+    as the cheapest one (a deterministic rule would make replicas, which see the same shared load, herd)."""
+    best = min(pool, key=lambda w: costs[w.id])
+    line = costs[best.id] + spread
+    hit = (best.gpu_hit_blocks, best.tier_hit_blocks)
+    return choose_tied(
+        rng, [w for w in pool if costs[w.id] <= line and (w.gpu_hit_blocks, w.tier_hit_blocks) == hit]
+    )
 
 
 class PrefixCacheAware:
@@ -214,7 +227,7 @@ class PrefixCacheAware:
             return Decision(worker=None, reason="no healthy serving worker")
         recent = Recent.of(pool)
         costs = ttft_costs(req, pool, self._p, self._block_size, recent)
-        chosen = cheapest(costs, pool, self._rng)
+        chosen = cheapest(costs, pool, self._rng, self._p.near_tie_requests * recent.mean_request)
         best = min(costs.values())
         scores = {wid: best / c for wid, c in costs.items()}
         ms = costs[chosen.id] * 1000.0 / self._p.prefill_tokens_per_s

@@ -16,7 +16,9 @@ def test_approximate_mode_sends_a_repeated_prefix_back_to_the_same_worker(tmp_pa
     with gateway_fleet(tmp_path, num_workers=3, gateway_args=["--kv-index", "approximate"]) as fleet:
         client = openai.OpenAI(base_url=fleet.gateway + "/v1", api_key="x", max_retries=0)
         chosen = []
-        for doc in ("alpha " * 120, "beta " * 120):
+        # long documents: the hit (~2k tokens) outweighs what a young fleet's balance term and a stale
+        # queue depth from the 1 s load probes can charge the warm worker under a loaded CI machine
+        for doc in ("alpha " * 400, "beta " * 400):
             for question in ("first?", "second?", "third?"):
                 raw = client.chat.completions.with_raw_response.create(
                     model="kvgate-sim", max_tokens=2,

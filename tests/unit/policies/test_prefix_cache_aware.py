@@ -99,6 +99,7 @@ def test_ties_are_broken_by_the_seed_not_the_order() -> None:
         {"load_bound": 0.9},
         {"bound_slack_prompts": -1},
         {"overload_weight": -1},
+        {"near_tie_requests": -0.1},
         {"bogus": 1},
     ],
     ids=[
@@ -110,6 +111,7 @@ def test_ties_are_broken_by_the_seed_not_the_order() -> None:
         "bound_below_one",
         "negative_slack",
         "negative_overload_weight",
+        "negative_near_tie",
         "unknown_key",
     ],
 )
@@ -166,6 +168,16 @@ def test_a_long_prompt_may_go_to_its_warm_worker_at_the_mean() -> None:
     fleet = _recent({"a": 100_000, "b": 100_000}, a=3000)
     ctx = PolicyContext(rng=random.Random(0), block_size=BS)
     assert build_policy("prefix_cache_aware", ctx).select(big, fleet).worker == "a"
+
+
+def test_near_ties_spread_cold_requests_but_never_a_warm_one() -> None:
+    loads = {"a": 10_000, "b": 10_200, "c": 10_400, "d": 30_000}  # d is far from a near tie
+    cold = _recent(loads)
+    assert {_pick(cold, seed=s) for s in range(20)} == {"a"}  # greedy by default
+    spread = {_pick(cold, seed=s, near_tie_requests=0.5) for s in range(40)}
+    assert spread == {"a", "b", "c"}
+    warm = _recent(loads, c=40)  # c saves 640 tokens: not a tie with the cold ones, whatever the spread
+    assert {_pick(warm, seed=s, near_tie_requests=5.0) for s in range(20)} == {"c"}
 
 
 def test_balance_weight_and_bound_zero_are_the_bare_cost_model() -> None:
