@@ -150,16 +150,16 @@ def _run(args: argparse.Namespace) -> int:
 def _fleet(args: argparse.Namespace) -> int:
     spec = _fleet_spec(args, args.policy, args.gateways, None, Path("loadtest-results/fleet-logs"))
     stop = {"now": False}
-    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    # SIGINT too, explicitly: a shell starts background jobs with SIGINT ignored, and Python would keep
+    # ignoring it, so Ctrl-C (or kill -INT) must not depend on the inherited disposition.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.update(now=True))
     with launch(spec) as fleet:
         print("workers: " + " ".join(fleet.worker_urls))
         print("gateways: " + " ".join(fleet.gateway_urls), flush=True)
         deadline = time.monotonic() + args.hold if args.hold else float("inf")
-        try:
-            while not stop["now"] and time.monotonic() < deadline:
-                time.sleep(0.2)
-        except KeyboardInterrupt:
-            pass
+        while not stop["now"] and time.monotonic() < deadline:
+            time.sleep(0.2)
     return 0
 
 
