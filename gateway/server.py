@@ -21,6 +21,7 @@ from gateway.reload import WorkerSource
 from gateway.security.asgi import ASGIApp
 from gateway.security.setup import SecuritySettings, add_security_arguments, security_from_args, wrap_app
 from gateway.settings import DEFAULT_POLICY, Settings, Timeouts, WorkerSpec, from_args
+from gateway.state.recent import DEFAULT_HALF_LIFE_S
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--recent-half-life-s",
         type=float,
-        default=30.0,
+        default=DEFAULT_HALF_LIFE_S,
         help="half-life of the recent routed load per worker that balancing policies read (seconds)",
     )
     parser.add_argument(

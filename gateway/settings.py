@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from gateway.errors import ConfigError
+from gateway.state.recent import DEFAULT_HALF_LIFE_S
 from policies.api import Role
 
 DEFAULT_POLICY = "prefix_cache_aware"
@@ -69,7 +70,7 @@ class Settings:
     workers: tuple[WorkerSpec, ...] = ()
     policy: str | Mapping[str, Any] = DEFAULT_POLICY
     state_url: str = "memory"
-    recent_half_life_s: float = 30.0  # decay of the recent routed load balancing policies read
+    recent_half_life_s: float = DEFAULT_HALF_LIFE_S  # decay of the recent routed load policies read
     tokenizer: str = "auto"
     block_size: int = 16
     max_body_bytes: int = 8 * 1024 * 1024
@@ -153,7 +154,9 @@ def from_args(args: argparse.Namespace) -> Settings:
         workers=workers,
         policy=_policy_spec(args.policy, args.policy_config),
         state_url=args.state,
-        recent_half_life_s=_positive("recent_half_life_s", getattr(args, "recent_half_life_s", 30.0)),
+        recent_half_life_s=_positive(
+            "recent_half_life_s", getattr(args, "recent_half_life_s", DEFAULT_HALF_LIFE_S)
+        ),
         tokenizer=args.tokenizer,
         block_size=args.block_size,
         max_body_bytes=int(_positive("max_body_bytes", args.max_body_bytes)),

@@ -97,20 +97,16 @@ class RedisLoadBoard:
 
     def get(self, worker: str) -> WorkerLoad:
         now = self._recent.now()
-        own = self._own.get(worker)
+        inflight, inflight_tokens = self._own.get(worker) or (0, 0)
         tokens, requests = self._recent.value(worker, now)
         other = self._others.get(worker)
         if other is not None:
             h = self._recent.half_life_s
+            inflight += other.inflight_requests
+            inflight_tokens += other.inflight_tokens
             tokens += decayed(other.recent_tokens, self._pulled_at, now, h)
             requests += decayed(other.recent_requests, self._pulled_at, now, h)
-            return WorkerLoad(
-                (own[0] if own else 0) + other.inflight_requests,
-                (own[1] if own else 0) + other.inflight_tokens,
-                tokens,
-                requests,
-            )
-        return WorkerLoad(own[0], own[1], tokens, requests) if own else WorkerLoad(0, 0, tokens, requests)
+        return WorkerLoad(inflight, inflight_tokens, tokens, requests)
 
     def snapshot(self) -> Mapping[str, WorkerLoad]:
         return {w: self.get(w) for w in self._own.keys() | self._others.keys()}
@@ -141,7 +137,7 @@ class RedisLoadBoard:
                 mapping[f"{w}{_SEP}s"] = tokens
                 mapping[f"{w}{_SEP}q"] = requests
             if mapping:
-                mapping["epoch"] = self._recent.epoch
+                mapping[_EPOCH.decode()] = self._recent.epoch
                 pipe.hset(self.key, mapping=mapping)  # type: ignore[arg-type]
                 pipe.pexpire(self.key, ttl_ms)
             await pipe.execute()
