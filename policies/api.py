@@ -74,7 +74,8 @@ class WorkerView:
         healthy: health checks pass and its circuit breaker is closed.
         inflight_requests: requests the gateway(s) sent it that have not finished.
         inflight_tokens: prompt + expected completion tokens of those requests.
-        queue_depth: requests waiting on the worker (from its ``/load``), 0 when unknown.
+        queue_depth: requests waiting on the worker (its last ``/load``, less one per request the gateway saw
+            finish there since), 0 when unknown.
         kv_usage: fraction of its KV cache in use, in [0, 1].
         gpu_hit_blocks: leading blocks of this request the index places in the worker's own cache.
         tier_hit_blocks: further leading blocks present in the shared dram/ssd tiers.

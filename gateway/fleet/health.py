@@ -33,6 +33,7 @@ def apply_load(record: WorkerRecord, data: Mapping[str, Any]) -> None:
     """Copy a worker's ``/load`` figures onto its record (unknown keys ignored, missing ones 0)."""
     record.running = _int(data, "running", "num_running")
     record.queue_depth = _int(data, "waiting", "num_waiting", "queue_depth")
+    record.finished_since_probe = 0
     record.cached_blocks = _int(data, "cached_blocks", "num_cached_blocks", "kv_blocks_cached")
     usage = data.get("kv_usage", 0.0)
     record.kv_usage = min(1.0, max(0.0, float(usage))) if isinstance(usage, int | float) else 0.0

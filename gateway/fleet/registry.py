@@ -35,6 +35,14 @@ class WorkerRecord:
     queue_depth: int = 0
     kv_usage: float = 0.0
     cached_blocks: int = 0
+    # requests this gateway saw finish on the worker since its last /load probe (reset by the probe)
+    finished_since_probe: int = 0
+
+    @property
+    def waiting_now(self) -> int:
+        """The probe's queue depth less one per request seen finishing since: each completion frees a slot,
+        so a probe taken while this gateway's own request waited does not count it after it is gone."""
+        return max(0, self.queue_depth - self.finished_since_probe)
 
     @property
     def available(self) -> bool:

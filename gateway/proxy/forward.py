@@ -1,7 +1,9 @@
 """The proxy: route, forward the client's original bytes, retry elsewhere before the first byte.
 
-Each attempt holds the worker's in-flight accounting for exactly its own duration (``try/finally``), so a
-retried, failed, finished or cancelled request always releases it. Non-streaming answers are read whole
+Each attempt holds the worker's in-flight accounting (a ``Hold``) until the worker has answered in full, and
+at the latest until the attempt ends (``try/finally``), so a retried, failed, finished or cancelled request
+always releases it. The hold ends before the client gets the answer's last bytes, so a client's next request
+never sees its own finished request as the worker's load. Non-streaming answers are read whole
 and passed on; streaming ones go through ``proxy.stream.StreamRelay``. Either way a client that leaves
 cancels the attempt, which closes the upstream connection (``proxy.disconnect``).
 """
@@ -18,6 +20,7 @@ import aiohttp
 import orjson
 
 from gateway.errors import NoHealthyWorker, UpstreamError, WorkerTimeout, WorkerUnavailable
+from gateway.fleet.registry import WorkerRecord
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import upstream_span
 from gateway.openai.schema import ParsedRequest
@@ -34,6 +37,26 @@ from gateway.settings import RetrySettings, Timeouts
 from gateway.state.protocols import LoadBoard
 from gateway.tokenize.analyzer import Endpoint
 from policies.api import RouteRequest
+
+
+@dataclasses.dataclass(slots=True)
+class Hold:
+    """One attempt's share of a worker's in-flight accounting; ``end`` releases it once."""
+
+    load: LoadBoard
+    record: WorkerRecord
+    tokens: int
+    held: bool = True
+
+    def end(self, *, answered: bool) -> None:
+        """Release the hold (again: nothing); ``answered``: the worker finished the request, which also
+        moved its queue by one (``WorkerRecord.finished_since_probe``)."""
+        if self.held:
+            self.held = False
+            self.load.release(self.record.id, self.tokens)
+            if answered:
+                self.record.finished_since_probe += 1
+
 
 _PATHS = {Endpoint.CHAT: b"/v1/chat/completions", Endpoint.COMPLETIONS: b"/v1/completions"}
 _PD_DECODE_HEADER = f"{PD_HEADER}: decode\r\n".encode()
@@ -139,20 +162,21 @@ class Proxy:
         want_usage = self._router.wants_outcomes
         route = parsed.endpoint.value
         self._load.acquire(worker, tokens)
+        hold = Hold(self._load, routed.record, tokens)
         start = time.perf_counter()
         result = Result(502, ok=False)
         try:
             if parsed.stream:
                 result = await self._relay.relay(
-                    routed, target, request, receive, send, want_usage=want_usage
+                    routed, target, request, receive, send, want_usage=want_usage, on_answered=hold.end
                 )
             else:
                 forwarded = await cancel_on_disconnect(
-                    self._forward(routed, target, request, send, want_usage), receive
+                    self._forward(routed, target, request, send, want_usage, hold), receive
                 )
                 result = forwarded if forwarded is not None else Result(CLIENT_GONE, ok=False)
         finally:
-            self._load.release(worker, tokens)
+            hold.end(answered=False)
             latency_s = time.perf_counter() - start
             self._metrics.request(route, result.status, worker, latency_s)
             if result.ttfb_s is not None:
@@ -162,7 +186,7 @@ class Proxy:
             )
 
     async def _forward(
-        self, routed: Routed, target: Target, request: bytes, send: Send, want_usage: bool
+        self, routed: Routed, target: Target, request: bytes, send: Send, want_usage: bool, hold: Hold
     ) -> Result:
         worker = routed.record.id
         conn = None
@@ -178,6 +202,7 @@ class Proxy:
             if conn is not None:
                 self._pool.release(target, conn)
         status = conn.status
+        hold.end(answered=True)
         if status >= 500:
             raise RetryableFailure(
                 WorkerUnavailable(f"worker {worker} answered {status}"), f"status_{status}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Protocol
 
 from gateway.errors import WorkerTimeout, WorkerUnavailable
 from gateway.openai.sse import cached_tokens_in, ends_stream, error_frames
@@ -23,6 +24,16 @@ from gateway.settings import Timeouts
 
 logger = logging.getLogger(__name__)
 CLIENT_GONE = 499
+
+
+class OnAnswered(Protocol):
+    """Called when the worker has finished a request (``forward.Hold.end``)."""
+
+    def __call__(self, *, answered: bool) -> None: ...
+
+
+def _ignore(*, answered: bool) -> None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,20 +62,32 @@ class StreamRelay:
         send: Send,
         *,
         want_usage: bool,
+        on_answered: OnAnswered = _ignore,
     ) -> Result:
         """Relay a stream; on client disconnect cancel it and report status 499.
+
+        ``on_answered(answered=True)`` is called once the worker has sent the stream's end, before the
+        client gets it.
 
         Raises:
             RetryableFailure: the worker failed before the first byte (nothing was sent).
         """
-        result = await cancel_on_disconnect(self._relay(routed, target, request, send, want_usage), receive)
+        result = await cancel_on_disconnect(
+            self._relay(routed, target, request, send, want_usage, on_answered), receive
+        )
         if result is None:
             logger.debug("client disconnected mid-stream", extra={"worker": routed.record.id})
             return Result(CLIENT_GONE, ok=False)
         return result
 
     async def _relay(
-        self, routed: Routed, target: Target, request: bytes, send: Send, want_usage: bool
+        self,
+        routed: Routed,
+        target: Target,
+        request: bytes,
+        send: Send,
+        want_usage: bool,
+        on_answered: OnAnswered,
     ) -> Result:
         loop = asyncio.get_running_loop()
         worker = routed.record.id
@@ -84,19 +107,19 @@ class StreamRelay:
                 headers = proxied_headers(SSE_TYPE, worker, routed.prefix_hit_tokens, None, routed.prefill_id)
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
                 started = True
-                await send({"type": "http.response.body", "body": first, "more_body": True})
-                cached = cached_tokens_in(first) if want_usage else None
-                last = first
-                while True:
-                    deadline.reschedule(loop.time() + self._timeouts.idle_s)
-                    chunk = await conn.read_chunk()
-                    if not chunk:
-                        break
+                cached: int | None = None
+                ended = False
+                chunk = first
+                while chunk:
                     if want_usage and cached is None:
                         cached = cached_tokens_in(chunk)
+                    ended = ends_stream(chunk)
+                    if ended:
+                        on_answered(answered=True)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    last = chunk
-            if ends_stream(last):
+                    deadline.reschedule(loop.time() + self._timeouts.idle_s)
+                    chunk = await conn.read_chunk()
+            if ended:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return Result(200, ok=True, cached_tokens=cached, ttfb_s=ttfb_s)
             return await self._broken(

@@ -112,6 +112,7 @@ class PrefillRunner:
             reason = await self._call(record.url + path, body)
         finally:
             self._load.release(record.id, tokens)
+            record.finished_since_probe += 1
         seconds = self._clock() - start
         if reason:
             record.breaker.record_failure()

@@ -144,7 +144,7 @@ class Router:
                     healthy=r.available,
                     inflight_requests=load.inflight_requests,
                     inflight_tokens=load.inflight_tokens,
-                    queue_depth=r.queue_depth,
+                    queue_depth=r.waiting_now,
                     kv_usage=r.kv_usage,
                     gpu_hit_blocks=hit.gpu_blocks,
                     tier_hit_blocks=hit.tier_blocks,

@@ -22,6 +22,7 @@ class FakeWorker:
     model: str = "fake-model"
     mode: str = "ok"  # ok | 503 | hang | die_mid_stream | stall_mid_stream | slow_stream
     chunks: int = 3
+    linger_s: float = 0.0  # pause between a stream's [DONE] and the end of the response
     port: int = field(default_factory=free_port)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     cancelled: int = 0
@@ -92,6 +93,8 @@ async def _stream(worker: FakeWorker, request: web.Request, body: dict[str, Any]
         if (body.get("stream_options") or {}).get("include_usage"):
             await resp.write(b"data: " + orjson.dumps(usage) + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
+        if worker.linger_s:
+            await asyncio.sleep(worker.linger_s)
         await resp.write_eof()
         worker.finished += 1
     except (asyncio.CancelledError, ConnectionResetError):

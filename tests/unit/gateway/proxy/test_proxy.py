@@ -6,7 +6,10 @@ import httpx
 import orjson
 import pytest
 
+from gateway.deps import DepsOverrides
 from gateway.settings import Timeouts
+from gateway.state.factory import State
+from gateway.state.memory import MemoryLoadBoard
 from tests.unit.gateway.fake_worker import FakeWorker, running
 from tests.unit.gateway.gateway_harness import serving, settings_for, until
 
@@ -143,3 +146,29 @@ async def test_client_leaving_a_non_streamed_request_cancels_upstream() -> None:
             await client.post(f"{base}/v1/chat/completions", json=CHAT, timeout=0.5)
         await until(lambda: _true(worker.cancelled == 1))
         await until(lambda: _inflight_is(client, base, 0))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_worker_is_released_before_the_client_gets_the_answers_end(stream: bool) -> None:
+    """A client's next request must not see its own finished request as the worker's load."""
+    board = MemoryLoadBoard()
+    worker = FakeWorker("a", linger_s=0.2)  # the stream's end arrives well after its [DONE]
+    overrides = DepsOverrides(state=State(load=board))
+    async with (
+        running(worker),
+        serving(settings_for(worker.url), overrides) as base,
+        httpx.AsyncClient() as client,
+    ):
+        wid = f"127.0.0.1:{worker.port}"
+        for _ in range(3):
+            if stream:
+                async with client.stream(
+                    "POST", f"{base}/v1/chat/completions", json={**CHAT, "stream": True}
+                ) as resp:
+                    async for line in resp.aiter_lines():
+                        if line.strip() == "data: [DONE]":
+                            assert board.get(wid).inflight_requests == 0  # no await since the line arrived
+            else:
+                resp = await client.post(f"{base}/v1/chat/completions", json=CHAT)
+                assert resp.status_code == 200
+                assert board.get(wid).inflight_requests == 0

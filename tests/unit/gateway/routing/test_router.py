@@ -9,11 +9,13 @@ from typing import Any, cast
 import pytest
 
 from gateway.errors import InvalidRequest, ModelNotFound, NoHealthyWorker
+from gateway.fleet.health import apply_load
 from gateway.fleet.registry import Fleet
 from gateway.kvcontract.events import KVEvent
 from gateway.kvindex.index import PrefixHit
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import parse_request
+from gateway.proxy.forward import Hold
 from gateway.routing.router import Router
 from gateway.settings import BreakerSettings, WorkerSpec
 from gateway.state.memory import MemoryLoadBoard
@@ -141,6 +143,29 @@ def test_routed_work_is_counted_per_worker_and_shown_to_the_policy() -> None:
     assert round(next(v.recent_tokens for v in explained.views if v.id == "w1")) == 94  # explain adds nothing
     again = router.explain(router.prepare(_parsed(), {}))
     assert round(next(v.recent_tokens for v in again.views if v.id == "w1")) == 94
+
+
+def test_a_stale_queue_probe_stops_counting_requests_seen_finishing_since() -> None:
+    fleet = _fleet("m")
+    record = fleet.get("w0")
+    assert record is not None
+    apply_load(record, {"waiting": 2, "running": 1})  # the probe caught two requests waiting
+    policy = FakePolicy()
+    router = _router(policy, fleet, FakeAnalyzer(), FakeIndex())
+    routed = router.route(router.prepare(_parsed(), {}))
+    assert policy.seen[-1][1][0].queue_depth == 2
+    board = MemoryLoadBoard()
+    Hold(board, routed.record, 10).end(answered=True)
+    Hold(board, routed.record, 10).end(answered=False)  # a failed attempt says nothing about the queue
+    router.route(router.prepare(_parsed(), {}))
+    assert policy.seen[-1][1][0].queue_depth == 1  # one completion: the queue moved by one
+    for _ in range(3):
+        Hold(board, routed.record, 10).end(answered=True)
+    router.route(router.prepare(_parsed(), {}))
+    assert policy.seen[-1][1][0].queue_depth == 0
+    apply_load(record, {"waiting": 3})  # a fresh probe is taken as it is
+    router.route(router.prepare(_parsed(), {}))
+    assert policy.seen[-1][1][0].queue_depth == 3 and record.queue_depth == 3
 
 
 def test_tokens_need_without_prefix_need_skips_lookup() -> None:
