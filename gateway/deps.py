@@ -98,7 +98,9 @@ class Deps:
             self.kv.remove_worker(worker_id)
 
 
-def build_policy(settings: Settings, clock: Callable[[], float]) -> Policy:
+def build_policy(
+    settings: Settings, clock: Callable[[], float], replicas: Callable[[], int] = lambda: 1
+) -> Policy:
     """The configured policy from the registry (built-ins plus ``kvgate.policies`` entry points).
 
     Raises:
@@ -106,7 +108,7 @@ def build_policy(settings: Settings, clock: Callable[[], float]) -> Policy:
     """
     registry: Any = importlib.import_module("policies.registry")
     # Seeded per process: replicas sharing one seed would break ties identically and herd.
-    ctx = PolicyContext(clock=clock, rng=random.Random(), block_size=settings.block_size)
+    ctx = PolicyContext(clock=clock, rng=random.Random(), block_size=settings.block_size, replicas=replicas)
     try:
         policy: Policy = registry.build_policy(settings.policy, ctx)
     except ValueError as exc:
@@ -184,7 +186,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         prefill_session = await stack.enter_async_context(
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(sock_connect=settings.timeouts.connect_s))
         )
-        policy = ov.policy or build_policy(settings, ov.clock)
+        policy = ov.policy or build_policy(settings, ov.clock, state.load.replicas)
         analyzer = ov.analyzer or await build_analyzer(settings, policy, control)
         kv = ov.kv_service
         if kv is None and Need.PREFIX_HITS in policy.needs:

@@ -5,11 +5,13 @@ in a second or two, so a policy's balance/hit-rate trade-off can be explored bef
 What is modelled: each worker's KV cache (the engines' own ``BlockManager`` LRU, ``capacity_tokens``), a FIFO
 prefill queue at ``prefill_tps`` and decode at ``decode_tps`` per sequence (the simulated worker's timing),
 sessions whose next turn starts when the previous one ends (the driver's behaviour), gateway replicas as
-separate policy instances (a session sticks to one replica, as the driver pins it) that see the same load
+separate policy instances (a session sticks to one replica, as the driver pins it), each with its own load
 board (the gateway's ``MemoryLoadBoard`` on simulated time: in-flight = uncached prompt + completion budget,
-recent routed tokens).
-What is not: the index's event lag, Redis sync lag, network and CPU time. Hits are what the chosen worker's
-cache holds when the request arrives (the gateway's predictions make it see the same).
+recent routed tokens) that sees its own routing at once and the other replicas' ``sync_lag_s`` later (the
+Redis state's publish interval).
+What is not: the index's event lag, network and CPU time. Hits are what the chosen worker's cache holds when
+the request arrives (the gateway's predictions make it see the same; other replicas see a new prefix only
+once its events arrive, which this optimistically leaves out).
 
 Run: ``python -m loadtest.route_sim [--scenarios ...] [--replicas 1,4] [--pca-params JSON]``.
 """
@@ -81,7 +83,8 @@ class SimResult:
 class _Worker:
     cache: BlockManager
     prefill_free_at: float = 0.0
-    inflight: list[tuple[float, int]] = field(default_factory=list)  # (end time, accounted tokens)
+    # (visible to other replicas from, end time, accounted tokens, replica that routed it)
+    inflight: list[tuple[float, float, int, int]] = field(default_factory=list)
 
 
 def replay(
@@ -94,13 +97,22 @@ def replay(
     max_requests: int | None = None,
     seed: int = 0,
     recent_half_life_s: float = DEFAULT_HALF_LIFE_S,
+    sync_lag_s: float = 0.05,
+    echo: bool = False,
 ) -> SimResult:
-    """Replay ``sessions`` (starting at ``arrivals``) through ``replicas`` instances of the policy."""
+    """Replay ``sessions`` (starting at ``arrivals``) through ``replicas`` instances of the policy; each
+    replica sees the others' routing ``sync_lag_s`` late."""
     now = [0.0]
     clock: Callable[[], float] = lambda: now[0]  # noqa: E731 - the simulated clock
     policies: list[Policy] = [
         build_policy(
-            policy_spec, PolicyContext(clock=clock, rng=random.Random(seed + i), block_size=fleet.block_size)
+            policy_spec,
+            PolicyContext(
+                clock=clock,
+                rng=random.Random(seed + i),
+                block_size=fleet.block_size,
+                replicas=lambda: replicas,
+            ),
         )
         for i in range(replicas)
     ]
@@ -110,7 +122,9 @@ def replay(
     ]
     ids = [WorkerId(f"w{i}") for i in range(fleet.workers)]
     # the gateway's own recent-load accounting, on simulated time
-    board = MemoryLoadBoard(RecentConfig(recent_half_life_s), clock=clock)
+    boards = [MemoryLoadBoard(RecentConfig(recent_half_life_s), clock=clock) for _ in range(replicas)]
+    late: list[tuple[float, int, WorkerId, int]] = []  # (visible at, replica, worker, tokens), a heap
+    unsynced: list[list[tuple[float, WorkerId, int]]] = [[] for _ in range(replicas)]
     bundle = byte_bundle()
     result = SimResult(per_worker=[0] * fleet.workers, prefill_per_worker=[0] * fleet.workers)
     sent: list[PromptBlocks] = []
@@ -125,26 +139,41 @@ def replay(
         req = session.requests[turn]
         blocks = prompt_blocks(req.body, Endpoint(req.endpoint), bundle, block_size=fleet.block_size)
         budget -= 1
+        ri = zlib.crc32(session.id.encode()) % replicas
+        while late and late[0][0] <= at:
+            _, other, wid, tokens = heapq.heappop(late)
+            boards[other].add_routed(wid, tokens)
+        board = boards[ri]
+        mine = unsynced[ri] = [x for x in unsynced[ri] if x[0] + sync_lag_s > at]
+        extra_tok: dict[str, float] = {}
+        extra_req: dict[str, float] = {}
+        if echo and replicas > 1:
+            for _, wid_, tok_ in mine:
+                extra_tok[wid_] = extra_tok.get(wid_, 0.0) + (replicas - 1) * tok_
+                extra_req[wid_] = extra_req.get(wid_, 0.0) + (replicas - 1)
         views = []
         for wid, w in zip(ids, workers, strict=True):
-            w.inflight = [(end, tok) for end, tok in w.inflight if end > at]
+            w.inflight = [x for x in w.inflight if x[1] > at]
+            seen = [tok for vis, _, tok, by in w.inflight if by == ri or vis <= at]
+            if echo:
+                seen += [tok * (replicas - 1) for vis, _, tok, by in w.inflight if by == ri and vis > at]
             hit = w.cache.num_cached_prefix_blocks(blocks.block_hashes, blocks.num_tokens)
             load = board.get(wid)
             views.append(
                 WorkerView(
                     id=wid,
-                    inflight_requests=len(w.inflight),
-                    inflight_tokens=sum(t for _, t in w.inflight),
+                    inflight_requests=len(seen),
+                    inflight_tokens=sum(seen),
                     gpu_hit_blocks=hit,
-                    recent_tokens=load.recent_tokens,
-                    recent_requests=load.recent_requests,
+                    recent_tokens=load.recent_tokens + extra_tok.get(wid, 0.0),
+                    recent_requests=load.recent_requests + extra_req.get(wid, 0.0),
                 )
             )
         rreq = RouteRequest(
             model="m", num_prompt_tokens=blocks.num_tokens, block_hashes=blocks.block_hashes,
             session_id=session.id, max_tokens=blocks.output_tokens,
         )  # fmt: skip
-        policy = policies[zlib.crc32(session.id.encode()) % replicas]
+        policy = policies[ri]
         decision = policy.select(rreq, views)
         assert decision.worker is not None
         if isinstance(policy, Observer):
@@ -168,8 +197,13 @@ def replay(
         first = start + uncached / fleet.prefill_tps
         w.prefill_free_at = first
         end = first + blocks.output_tokens / fleet.decode_tps
-        w.inflight.append((end, uncached + blocks.output_tokens))
-        board.add_routed(decision.worker, blocks.num_tokens + blocks.output_tokens)
+        w.inflight.append((at + sync_lag_s, end, uncached + blocks.output_tokens, ri))
+        routed = blocks.num_tokens + blocks.output_tokens
+        board.add_routed(decision.worker, routed)
+        mine.append((at, decision.worker, routed))
+        for other in range(replicas):
+            if other != ri:
+                heapq.heappush(late, (at + sync_lag_s, other, decision.worker, routed))
         result.requests += 1
         result.prompt_tokens += blocks.num_tokens
         result.hit_tokens += hit_tokens
@@ -204,6 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--replicas", default="1,4")
     ap.add_argument("--pca-params", default="{}", help="prefix_cache_aware params as JSON")
     ap.add_argument("--seeds", type=int, default=1, help="repeat with this many seeds (policy RNG, arrivals)")
+    ap.add_argument("--echo", action="store_true")
+    ap.add_argument("--sync-lag-s", type=float, default=0.05, help="when replicas see each other's routing")
     args = ap.parse_args(argv)
     params = json.loads(args.pca_params)
     print(
@@ -226,7 +262,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for n in (int(x) for x in args.replicas.split(",")):
                     if n > 1 and pol != "prefix_cache_aware":
                         continue
-                    r = replay(sessions, arrivals, spec, replicas=n, max_requests=sc.max_requests, seed=seed)
+                    r = replay(
+                        sessions,
+                        arrivals,
+                        spec,
+                        replicas=n,
+                        max_requests=sc.max_requests,
+                        seed=seed,
+                        sync_lag_s=args.sync_lag_s,
+                        echo=args.echo,
+                    )
                     print(
                         f"| {name} | {pol} | {n} | {seed} | {r.hit_rate:.1%} | {r.ideal_hit_rate:.1%} "
                         f"| {r.hit_rate / r.ideal_hit_rate:.2f} | {r.ttft_p(0.5) * 1e3:.1f} "

@@ -32,6 +32,9 @@ class MemoryLoadBoard:
         self._requests[worker] = max(0, self._requests.get(worker, 0) - 1)
         self._tokens[worker] = max(0, self._tokens.get(worker, 0) - tokens)
 
+    def replicas(self) -> int:
+        return 1
+
     def add_routed(self, worker: str, tokens: int) -> None:
         self._recent.add(worker, tokens)
         self._requests.setdefault(worker, 0)

@@ -73,6 +73,7 @@ class RedisLoadBoard:
         self._own: dict[str, list[int]] = {}  # worker -> [in-flight requests, in-flight tokens]
         self._recent = RecentSums(self.config.recent, wall_clock)
         self._others: dict[str, WorkerLoad] = {}  # recent figures as of ``_pulled_at``
+        self._num_others = 0  # other replicas with a live key at the last pull
         self._pulled_at = 0.0
         self._last_warning = float("-inf")
         self.degraded = False
@@ -94,6 +95,9 @@ class RedisLoadBoard:
     def add_routed(self, worker: str, tokens: int) -> None:
         self._recent.add(worker, tokens)
         self._own.setdefault(worker, [0, 0])
+
+    def replicas(self) -> int:
+        return 1 + self._num_others
 
     def get(self, worker: str) -> WorkerLoad:
         now = self._recent.now()
@@ -136,10 +140,10 @@ class RedisLoadBoard:
             for w, tokens, requests in self._recent.items():
                 mapping[f"{w}{_SEP}s"] = tokens
                 mapping[f"{w}{_SEP}q"] = requests
-            if mapping:
-                mapping[_EPOCH.decode()] = self._recent.epoch
-                pipe.hset(self.key, mapping=mapping)  # type: ignore[arg-type]
-                pipe.pexpire(self.key, ttl_ms)
+            # written even with no figures yet: the key is also this replica's presence (``replicas``)
+            mapping[_EPOCH.decode()] = self._recent.epoch
+            pipe.hset(self.key, mapping=mapping)  # type: ignore[arg-type]
+            pipe.pexpire(self.key, ttl_ms)
             await pipe.execute()
         keys = [k async for k in self._redis.scan_iter(match=KEY_PREFIX + "*", count=100)]
         others = [k for k in keys if k.decode() != self.key]
@@ -149,6 +153,7 @@ class RedisLoadBoard:
             hashes = cast("list[dict[bytes, bytes]]", await pipe.execute())
         now = self._recent.now()
         self._others = _sum_figures(hashes, now, self._recent.half_life_s)
+        self._num_others = sum(1 for h in hashes if h)
         self._pulled_at = now
         if self.degraded:
             logger.warning("Redis state reachable again: load figures are fleet-wide")
@@ -157,6 +162,7 @@ class RedisLoadBoard:
     def _mark_down(self, exc: BaseException) -> None:
         self.degraded = True
         self._others = {}
+        self._num_others = 0
         now = self._clock()
         if now - self._last_warning >= self.config.warn_interval_s:
             self._last_warning = now

@@ -49,10 +49,11 @@ Parameters:
     overload_weight: mean requests charged per 10% of the fleet mean that a worker's recent load is above
         the line; 0 turns the overload cost off (default 1.0).
     near_tie_requests: draw at random among the workers within this many mean requests of the cheapest
-        that hold as much of the prompt; for several gateway replicas behind a bursty balancer, where
-        requests reaching different replicas in the same instant would otherwise all pick the same
-        "least loaded" worker before each other's routing arrives (0.1 measured well, see the README);
-        it costs a little balance with one gateway, hence off by default (default 0.0).
+        that hold as much of the prompt. Several gateway replicas see each other's routing only after the
+        shared state's sync interval, so requests reaching different replicas in the same instant would
+        otherwise all pick the same "least loaded" worker; the draw spreads them. Unset, it is 0.1 while
+        other replicas share the state (``PolicyContext.replicas``) and 0 for a lone gateway, where
+        the draw only costs balance (default None: automatic).
 
 Example config:
     policy:
@@ -86,6 +87,7 @@ from policies.candidates import SERVING_ROLES, candidates, choose_tied
 from policies.plugins import Kind, define
 
 NEEDS = frozenset({Need.TOKENS, Need.BLOCK_HASHES, Need.PREFIX_HITS})
+REPLICA_NEAR_TIE = 0.1  # near_tie_requests when unset and other replicas route the same fleet
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +102,7 @@ class CacheCostParams:
     load_bound: float = 1.15
     bound_slack_prompts: float = 4.0
     overload_weight: float = 1.0
-    near_tie_requests: float = 0.0
+    near_tie_requests: float | None = None
 
     def validate(self) -> None:
         if self.prefill_tokens_per_s <= 0:
@@ -112,7 +114,7 @@ class CacheCostParams:
         if not 0.0 <= self.inflight_weight <= 1.0:
             raise ValueError("inflight_weight must be in [0, 1]")
         if min(self.hotspot_margin, self.balance_weight, self.bound_slack_prompts, self.overload_weight,
-               self.near_tie_requests) < 0:  # fmt: skip
+               self.near_tie_requests or 0.0) < 0:  # fmt: skip
             raise ValueError("margins, weights and slack must be >= 0")
         if self.load_bound != 0 and self.load_bound < 1:
             raise ValueError("load_bound must be >= 1 (0 turns the bound off)")
@@ -220,6 +222,7 @@ class PrefixCacheAware:
         self._rng = ctx.rng
         self._block_size = ctx.block_size
         self._roles = roles
+        self._replicas = ctx.replicas
 
     def select(self, req: RouteRequest, workers: Sequence[WorkerView]) -> Decision:
         pool = candidates(workers, self._roles)
@@ -227,11 +230,17 @@ class PrefixCacheAware:
             return Decision(worker=None, reason="no healthy serving worker")
         recent = Recent.of(pool)
         costs = ttft_costs(req, pool, self._p, self._block_size, recent)
-        chosen = cheapest(costs, pool, self._rng, self._p.near_tie_requests * recent.mean_request)
+        chosen = cheapest(costs, pool, self._rng, self._near_tie() * recent.mean_request)
         best = min(costs.values())
         scores = {wid: best / c for wid, c in costs.items()}
         ms = costs[chosen.id] * 1000.0 / self._p.prefill_tokens_per_s
         return Decision(worker=chosen.id, scores=scores, reason=f"lowest estimated TTFT ({ms:.0f} ms)")
+
+
+    def _near_tie(self) -> float:
+        if self._p.near_tie_requests is not None:
+            return self._p.near_tie_requests
+        return REPLICA_NEAR_TIE if self._replicas() > 1 else 0.0
 
 
 PLUGINS = (

@@ -180,6 +180,22 @@ def test_near_ties_spread_cold_requests_but_never_a_warm_one() -> None:
     assert {_pick(warm, seed=s, near_tie_requests=5.0) for s in range(20)} == {"c"}
 
 
+def test_near_ties_turn_on_by_themselves_while_other_replicas_route_the_fleet() -> None:
+    cold = _recent({"a": 10_000, "b": 10_010, "c": 10_020, "d": 30_000})
+    replicas = [1]
+    ctx = [
+        PolicyContext(rng=random.Random(s), block_size=BS, replicas=lambda: replicas[0]) for s in range(40)
+    ]
+    policies = [build_policy("prefix_cache_aware", c) for c in ctx]
+    assert {p.select(REQ, cold).worker for p in policies} == {"a"}  # a lone gateway is greedy
+    replicas[0] = 4  # another replica's figures appeared in the shared state
+    assert {p.select(REQ, cold).worker for p in policies} == {"a", "b", "c"}
+    explicit = [
+        build_policy({"type": "prefix_cache_aware", "params": {"near_tie_requests": 0}}, c) for c in ctx
+    ]
+    assert {p.select(REQ, cold).worker for p in explicit} == {"a"}  # a set value wins
+
+
 def test_balance_weight_and_bound_zero_are_the_bare_cost_model() -> None:
     fleet = _recent({"a": 500_000, "b": 0}, a=16)
     assert _pick(fleet, balance_weight=0.0, load_bound=0.0) == "a"

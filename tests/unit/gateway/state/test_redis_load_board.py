@@ -58,9 +58,11 @@ async def test_replicas_see_the_same_recent_routed_load(redis_url: str) -> None:
 async def test_a_closed_replica_no_longer_counts(redis_url: str) -> None:
     async with open_redis_state(redis_url, config=FAST) as one:
         async with open_redis_state(redis_url, config=FAST) as two:
+            await eventually(lambda: one.load.replicas() == two.load.replicas() == 2)  # before any traffic
             two.load.acquire("w1", 10)
             await eventually(lambda: one.load.get("w1") == WorkerLoad(1, 10))
         await eventually(lambda: one.load.get("w1") == WorkerLoad(0, 0))
+        await eventually(lambda: one.load.replicas() == 1)
 
 
 async def test_redis_down_answers_local_figures_and_recovers(tmp_path: Path) -> None:
@@ -78,6 +80,7 @@ async def test_redis_down_answers_local_figures_and_recovers(tmp_path: Path) -> 
             await asyncio.to_thread(server.stop)
             await eventually(lambda: board_one.degraded)
             assert one.load.get("w1") == WorkerLoad(1, 10)
+            assert one.load.replicas() == 1  # alone as far as routing can tell
             one.load.acquire("w1", 10)  # requests are still accounted while degraded
             await asyncio.to_thread(server.start)
             await eventually(lambda: not board_one.degraded and not board_two.degraded, timeout_s=20)
