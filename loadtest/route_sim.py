@@ -98,7 +98,6 @@ def replay(
     seed: int = 0,
     recent_half_life_s: float = DEFAULT_HALF_LIFE_S,
     sync_lag_s: float = 0.05,
-    echo: bool = False,
 ) -> SimResult:
     """Replay ``sessions`` (starting at ``arrivals``) through ``replicas`` instances of the policy; each
     replica sees the others' routing ``sync_lag_s`` late."""
@@ -124,7 +123,6 @@ def replay(
     # the gateway's own recent-load accounting, on simulated time
     boards = [MemoryLoadBoard(RecentConfig(recent_half_life_s), clock=clock) for _ in range(replicas)]
     late: list[tuple[float, int, WorkerId, int]] = []  # (visible at, replica, worker, tokens), a heap
-    unsynced: list[list[tuple[float, WorkerId, int]]] = [[] for _ in range(replicas)]
     bundle = byte_bundle()
     result = SimResult(per_worker=[0] * fleet.workers, prefill_per_worker=[0] * fleet.workers)
     sent: list[PromptBlocks] = []
@@ -144,19 +142,10 @@ def replay(
             _, other, wid, tokens = heapq.heappop(late)
             boards[other].add_routed(wid, tokens)
         board = boards[ri]
-        mine = unsynced[ri] = [x for x in unsynced[ri] if x[0] + sync_lag_s > at]
-        extra_tok: dict[str, float] = {}
-        extra_req: dict[str, float] = {}
-        if echo and replicas > 1:
-            for _, wid_, tok_ in mine:
-                extra_tok[wid_] = extra_tok.get(wid_, 0.0) + (replicas - 1) * tok_
-                extra_req[wid_] = extra_req.get(wid_, 0.0) + (replicas - 1)
         views = []
         for wid, w in zip(ids, workers, strict=True):
             w.inflight = [x for x in w.inflight if x[1] > at]
             seen = [tok for vis, _, tok, by in w.inflight if by == ri or vis <= at]
-            if echo:
-                seen += [tok * (replicas - 1) for vis, _, tok, by in w.inflight if by == ri and vis > at]
             hit = w.cache.num_cached_prefix_blocks(blocks.block_hashes, blocks.num_tokens)
             load = board.get(wid)
             views.append(
@@ -165,8 +154,8 @@ def replay(
                     inflight_requests=len(seen),
                     inflight_tokens=sum(seen),
                     gpu_hit_blocks=hit,
-                    recent_tokens=load.recent_tokens + extra_tok.get(wid, 0.0),
-                    recent_requests=load.recent_requests + extra_req.get(wid, 0.0),
+                    recent_tokens=load.recent_tokens,
+                    recent_requests=load.recent_requests,
                 )
             )
         rreq = RouteRequest(
@@ -200,7 +189,6 @@ def replay(
         w.inflight.append((at + sync_lag_s, end, uncached + blocks.output_tokens, ri))
         routed = blocks.num_tokens + blocks.output_tokens
         board.add_routed(decision.worker, routed)
-        mine.append((at, decision.worker, routed))
         for other in range(replicas):
             if other != ri:
                 heapq.heappush(late, (at + sync_lag_s, other, decision.worker, routed))
@@ -238,7 +226,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--replicas", default="1,4")
     ap.add_argument("--pca-params", default="{}", help="prefix_cache_aware params as JSON")
     ap.add_argument("--seeds", type=int, default=1, help="repeat with this many seeds (policy RNG, arrivals)")
-    ap.add_argument("--echo", action="store_true")
     ap.add_argument("--sync-lag-s", type=float, default=0.05, help="when replicas see each other's routing")
     args = ap.parse_args(argv)
     params = json.loads(args.pca_params)
@@ -270,7 +257,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         max_requests=sc.max_requests,
                         seed=seed,
                         sync_lag_s=args.sync_lag_s,
-                        echo=args.echo,
                     )
                     print(
                         f"| {name} | {pol} | {n} | {seed} | {r.hit_rate:.1%} | {r.ideal_hit_rate:.1%} "

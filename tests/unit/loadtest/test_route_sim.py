@@ -45,3 +45,15 @@ def test_replicas_on_shared_state_route_as_one_gateway() -> None:
 def test_max_requests_bounds_the_replay() -> None:
     r = replay(SESSIONS, ARRIVALS, {"type": "least_load"}, fleet=FLEET, max_requests=10)
     assert r.requests == 10
+
+
+def test_replicas_see_each_others_routing_a_sync_interval_late() -> None:
+    """A burst split over replicas: with a sync lag each replica misses the others' picks, and herds."""
+    burst = multi_turn(WorkloadSpec(num_sessions=16, turns=1, system_words=60, question_words=20))
+    fleet = SimFleet(workers=8, capacity_tokens=8192)
+
+    def mean_ttft(lag: float) -> float:
+        r = replay(burst, [0.0] * 16, {"type": "prefix_cache_aware"}, fleet=fleet, replicas=4, sync_lag_s=lag)
+        return sum(r.ttfts) / len(r.ttfts)
+
+    assert mean_ttft(0.05) > 1.2 * mean_ttft(0.0)
