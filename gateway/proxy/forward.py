@@ -20,7 +20,6 @@ import aiohttp
 import orjson
 
 from gateway.errors import NoHealthyWorker, UpstreamError, WorkerTimeout, WorkerUnavailable
-from gateway.fleet.registry import WorkerRecord
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import upstream_span
 from gateway.openai.schema import ParsedRequest
@@ -31,32 +30,13 @@ from gateway.proxy.h1 import H1Pool, Target
 from gateway.proxy.passthrough import upstream_headers
 from gateway.proxy.responses import Receive, Send, proxied_headers, send_whole
 from gateway.proxy.stream import CLIENT_GONE, Result, StreamRelay
+from gateway.routing.hold import Hold
 from gateway.routing.pd import PD_HEADER, PrefillRunner, prefill_body
 from gateway.routing.router import Routed, Router
 from gateway.settings import RetrySettings, Timeouts
 from gateway.state.protocols import LoadBoard
 from gateway.tokenize.analyzer import Endpoint
 from policies.api import RouteRequest
-
-
-@dataclasses.dataclass(slots=True)
-class Hold:
-    """One attempt's share of a worker's in-flight accounting; ``end`` releases it once."""
-
-    load: LoadBoard
-    record: WorkerRecord
-    tokens: int
-    held: bool = True
-
-    def end(self, *, answered: bool) -> None:
-        """Release the hold (again: nothing); ``answered``: the worker finished the request, which also
-        moved its queue by one (``WorkerRecord.finished_since_probe``)."""
-        if self.held:
-            self.held = False
-            self.load.release(self.record.id, self.tokens)
-            if answered:
-                self.record.finished_since_probe += 1
-
 
 _PATHS = {Endpoint.CHAT: b"/v1/chat/completions", Endpoint.COMPLETIONS: b"/v1/completions"}
 _PD_DECODE_HEADER = f"{PD_HEADER}: decode\r\n".encode()
@@ -161,8 +141,7 @@ class Proxy:
         request = target.post_request(_PATHS[parsed.endpoint], raw, extra)
         want_usage = self._router.wants_outcomes
         route = parsed.endpoint.value
-        self._load.acquire(worker, tokens)
-        hold = Hold(self._load, routed.record, tokens)
+        hold = Hold.take(self._load, routed.record, tokens)
         start = time.perf_counter()
         result = Result(502, ok=False)
         try:

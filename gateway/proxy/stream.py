@@ -32,10 +32,6 @@ class OnAnswered(Protocol):
     def __call__(self, *, answered: bool) -> None: ...
 
 
-def _ignore(*, answered: bool) -> None:
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class Result:
     """How one attempt ended: status sent, whether it completed, cached tokens seen, seconds to first byte."""
@@ -62,7 +58,7 @@ class StreamRelay:
         send: Send,
         *,
         want_usage: bool,
-        on_answered: OnAnswered = _ignore,
+        on_answered: OnAnswered,
     ) -> Result:
         """Relay a stream; on client disconnect cancel it and report status 499.
 

@@ -44,6 +44,7 @@ import aiohttp
 import orjson
 
 from gateway.fleet.registry import WorkerRecord
+from gateway.routing.hold import Hold
 from gateway.state.protocols import LoadBoard
 
 logger = logging.getLogger(__name__)
@@ -106,13 +107,13 @@ class PrefillRunner:
     async def run(self, record: WorkerRecord, path: str, body: bytes, prompt_tokens: int) -> PrefillOutcome:
         """POST the prefill request to ``record``; never raises for an upstream failure."""
         tokens = max(1, prompt_tokens)
-        self._load.acquire(record.id, tokens)
+        hold = Hold.take(self._load, record, tokens)
         start = self._clock()
         try:
             reason = await self._call(record.url + path, body)
+            hold.end(answered=not reason)
         finally:
-            self._load.release(record.id, tokens)
-            record.finished_since_probe += 1
+            hold.end(answered=False)
         seconds = self._clock() - start
         if reason:
             record.breaker.record_failure()

@@ -15,7 +15,7 @@ from gateway.kvcontract.events import KVEvent
 from gateway.kvindex.index import PrefixHit
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import parse_request
-from gateway.proxy.forward import Hold
+from gateway.routing.hold import Hold
 from gateway.routing.router import Router
 from gateway.settings import BreakerSettings, WorkerSpec
 from gateway.state.memory import MemoryLoadBoard

@@ -1,0 +1,36 @@
+"""A request's hold on a worker's in-flight accounting, taken when it is sent and released exactly once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.fleet.registry import WorkerRecord
+from gateway.state.protocols import LoadBoard
+
+
+@dataclass(slots=True)
+class Hold:
+    """One attempt's share of a worker's in-flight accounting; ``take`` acquires it, ``end`` releases it once.
+
+    Callers end it as soon as the worker has answered (so a client's next request never sees its own
+    finished request as load) and again in a ``finally``, which then does nothing.
+    """
+
+    load: LoadBoard
+    record: WorkerRecord
+    tokens: int
+    held: bool = True
+
+    @classmethod
+    def take(cls, load: LoadBoard, record: WorkerRecord, tokens: int) -> Hold:
+        load.acquire(record.id, tokens)
+        return cls(load, record, tokens)
+
+    def end(self, *, answered: bool) -> None:
+        """Release the hold (again: nothing); ``answered``: the worker finished the request, which also
+        moved its queue by one (``WorkerRecord.finished_since_probe``)."""
+        if self.held:
+            self.held = False
+            self.load.release(self.record.id, self.tokens)
+            if answered:
+                self.record.finished_since_probe += 1
