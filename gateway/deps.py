@@ -34,6 +34,7 @@ from gateway.routing.parity_gate import parity_reports, refuse_precise
 from gateway.routing.router import Router
 from gateway.settings import Settings
 from gateway.state.factory import State, open_state
+from gateway.state.protocols import LoadBoard
 from gateway.state.recent import RecentConfig
 from gateway.tokenize.analyzer import PromptAnalyzer
 from policies.api import Need, Policy, PolicyContext
@@ -98,17 +99,18 @@ class Deps:
             self.kv.remove_worker(worker_id)
 
 
-def build_policy(
-    settings: Settings, clock: Callable[[], float], replicas: Callable[[], int] = lambda: 1
-) -> Policy:
-    """The configured policy from the registry (built-ins plus ``kvgate.policies`` entry points).
+def build_policy(settings: Settings, clock: Callable[[], float], load: LoadBoard | None = None) -> Policy:
+    """The configured policy from the registry (built-ins plus ``kvgate.policies`` entry points); ``load``
+    tells it how many gateway replicas share the state and which one this is (none: a lone gateway).
 
     Raises:
         ConfigError: the policy is unknown or its parameters are wrong (the message lists what exists).
     """
     registry: Any = importlib.import_module("policies.registry")
     # Seeded per process: replicas sharing one seed would break ties identically and herd.
-    ctx = PolicyContext(clock=clock, rng=random.Random(), block_size=settings.block_size, replicas=replicas)
+    ctx = PolicyContext(clock=clock, rng=random.Random(), block_size=settings.block_size)
+    if load is not None:
+        ctx = dataclasses.replace(ctx, replicas=load.replicas, replica_rank=load.rank)
     try:
         policy: Policy = registry.build_policy(settings.policy, ctx)
     except ValueError as exc:
@@ -186,7 +188,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         prefill_session = await stack.enter_async_context(
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(sock_connect=settings.timeouts.connect_s))
         )
-        policy = ov.policy or build_policy(settings, ov.clock, state.load.replicas)
+        policy = ov.policy or build_policy(settings, ov.clock, state.load)
         analyzer = ov.analyzer or await build_analyzer(settings, policy, control)
         kv = ov.kv_service
         if kv is None and Need.PREFIX_HITS in policy.needs:

@@ -111,6 +111,7 @@ def replay(
                 rng=random.Random(seed + i),
                 block_size=fleet.block_size,
                 replicas=lambda: replicas,
+                replica_rank=lambda i=i: i,  # type: ignore[misc]
             ),
         )
         for i in range(replicas)

@@ -128,15 +128,17 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class PolicyContext:
-    """Everything a policy factory may use: a clock, a seeded RNG, a logger, the KV block size and
+    """Everything a policy factory may use: a clock, a seeded RNG, a logger, the KV block size,
     ``replicas()``: how many gateway replicas route the same fleet now, this one included (they see each
-    other's routing only after the shared state's sync interval; 1 without shared state)."""
+    other's routing only after the shared state's sync interval; 1 without shared state), and
+    ``replica_rank()``: this replica's position among them, in ``[0, replicas())``, a different one each."""
 
     clock: Callable[[], float] = time.monotonic
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("kvgate.policies"))
     block_size: int = 16
     replicas: Callable[[], int] = field(default=lambda: 1)
+    replica_rank: Callable[[], int] = field(default=lambda: 0)
 
 
 @runtime_checkable

@@ -35,6 +35,9 @@ class MemoryLoadBoard:
     def replicas(self) -> int:
         return 1
 
+    def rank(self) -> int:
+        return 0
+
     def add_routed(self, worker: str, tokens: int) -> None:
         self._recent.add(worker, tokens)
         self._requests.setdefault(worker, 0)

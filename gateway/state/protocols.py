@@ -48,3 +48,8 @@ class LoadBoard(Protocol):
         """Gateway replicas whose figures this board sums, itself included (1 in memory, or while the
         shared state is unreachable)."""
         ...
+
+    def rank(self) -> int:
+        """This replica's position among them, in ``[0, replicas())``: each live replica holds a different
+        one (the same order on every replica, up to the sync interval); 0 alone."""
+        ...

@@ -74,6 +74,7 @@ class RedisLoadBoard:
         self._recent = RecentSums(self.config.recent, wall_clock)
         self._others: dict[str, WorkerLoad] = {}  # recent figures as of ``_pulled_at``
         self._num_others = 0  # other replicas with a live key at the last pull
+        self._rank = 0  # this replica's position among the live keys, sorted
         self._pulled_at = 0.0
         self._last_warning = float("-inf")
         self.degraded = False
@@ -98,6 +99,9 @@ class RedisLoadBoard:
 
     def replicas(self) -> int:
         return 1 + self._num_others
+
+    def rank(self) -> int:
+        return self._rank
 
     def get(self, worker: str) -> WorkerLoad:
         now = self._recent.now()
@@ -153,7 +157,10 @@ class RedisLoadBoard:
             hashes = cast("list[dict[bytes, bytes]]", await pipe.execute())
         now = self._recent.now()
         self._others = _sum_figures(hashes, now, self._recent.half_life_s)
-        self._num_others = sum(1 for h in hashes if h)
+        live = [key for key, h in zip(others, hashes, strict=True) if h]
+        self._num_others = len(live)
+        own = self.key.encode()
+        self._rank = sum(1 for key in live if key < own)
         self._pulled_at = now
         if self.degraded:
             logger.warning("Redis state reachable again: load figures are fleet-wide")
@@ -163,6 +170,7 @@ class RedisLoadBoard:
         self.degraded = True
         self._others = {}
         self._num_others = 0
+        self._rank = 0
         now = self._clock()
         if now - self._last_warning >= self.config.warn_interval_s:
             self._last_warning = now

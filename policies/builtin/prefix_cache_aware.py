@@ -54,6 +54,13 @@ Parameters:
         otherwise all pick the same "least loaded" worker; the draw spreads them. Unset, it is 0.1 while
         other replicas share the state (``PolicyContext.replicas``) and 0 for a lone gateway, where
         the draw only costs balance (default None: automatic).
+    replica_home_requests: with several gateway replicas, each one owns every ``replicas()``-th worker in
+        id order, starting at its ``replica_rank()`` (its home workers), and sends a request to its
+        cheapest home worker when that one costs at most this many mean requests more than the cheapest
+        worker and holds as much of the prompt; else the near-tie draw decides. Replicas that route a burst
+        in the same instant, before any sees the others' choices, then spread it over different workers
+        instead of piling it on the one that looked least loaded to all. Unset, it is 0.25 while other
+        replicas share the state and 0 (off) for a lone gateway (default None: automatic).
 
 Example config:
     policy:
@@ -88,6 +95,7 @@ from policies.plugins import Kind, define
 
 NEEDS = frozenset({Need.TOKENS, Need.BLOCK_HASHES, Need.PREFIX_HITS})
 REPLICA_NEAR_TIE = 0.1  # near_tie_requests when unset and other replicas route the same fleet
+REPLICA_HOME = 0.25  # replica_home_requests when unset and other replicas route the same fleet
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +111,7 @@ class CacheCostParams:
     bound_slack_prompts: float = 4.0
     overload_weight: float = 1.0
     near_tie_requests: float | None = None
+    replica_home_requests: float | None = None
 
     def validate(self) -> None:
         if self.prefill_tokens_per_s <= 0:
@@ -114,7 +123,7 @@ class CacheCostParams:
         if not 0.0 <= self.inflight_weight <= 1.0:
             raise ValueError("inflight_weight must be in [0, 1]")
         if min(self.hotspot_margin, self.balance_weight, self.bound_slack_prompts, self.overload_weight,
-               self.near_tie_requests or 0.0) < 0:  # fmt: skip
+               self.near_tie_requests or 0.0, self.replica_home_requests or 0.0) < 0:  # fmt: skip
             raise ValueError("margins, weights and slack must be >= 0")
         if self.load_bound != 0 and self.load_bound < 1:
             raise ValueError("load_bound must be >= 1 (0 turns the bound off)")
@@ -197,13 +206,28 @@ def ttft_costs(
 
 
 def cheapest(
-    costs: dict[WorkerId, float], pool: Sequence[WorkerView], rng: random.Random, spread: float = 0.0
+    costs: dict[WorkerId, float],
+    pool: Sequence[WorkerView],
+    rng: random.Random,
+    spread: float = 0.0,
+    home: frozenset[WorkerId] = frozenset(),
+    home_spread: float = 0.0,
 ) -> WorkerView:
-    """A seeded draw among the workers within ``spread`` of the least cost that hold as much of the prompt
-    as the cheapest one (a deterministic rule would make replicas, which see the same shared load, herd)."""
+    """The cheapest ``home`` worker within ``home_spread`` of the least cost, else a seeded draw among the
+    workers within ``spread`` of it; either way only among workers that hold as much of the prompt as the
+    cheapest one (a deterministic rule would make replicas, which see the same shared load, herd)."""
     best = min(pool, key=lambda w: costs[w.id])
-    line = costs[best.id] + spread
     hit = (best.gpu_hit_blocks, best.tier_hit_blocks)
+    least = costs[best.id]
+    if home:
+        line = least + home_spread
+        mine = [
+            w for w in pool
+            if w.id in home and costs[w.id] <= line and (w.gpu_hit_blocks, w.tier_hit_blocks) == hit
+        ]  # fmt: skip
+        if mine:
+            return min(mine, key=lambda w: costs[w.id])
+    line = least + spread
     return choose_tied(
         rng, [w for w in pool if costs[w.id] <= line and (w.gpu_hit_blocks, w.tier_hit_blocks) == hit]
     )
@@ -223,6 +247,9 @@ class PrefixCacheAware:
         self._block_size = ctx.block_size
         self._roles = roles
         self._replicas = ctx.replicas
+        self._rank = ctx.replica_rank
+        self._home_of: tuple[tuple[WorkerId, ...], int, int] = ((), 1, 0)  # what ``_home`` was built for
+        self._home: frozenset[WorkerId] = frozenset()
 
     def select(self, req: RouteRequest, workers: Sequence[WorkerView]) -> Decision:
         pool = candidates(workers, self._roles)
@@ -230,17 +257,29 @@ class PrefixCacheAware:
             return Decision(worker=None, reason="no healthy serving worker")
         recent = Recent.of(pool)
         costs = ttft_costs(req, pool, self._p, self._block_size, recent)
-        chosen = cheapest(costs, pool, self._rng, self._near_tie() * recent.mean_request)
+        unit = recent.mean_request
+        replicas = self._replicas()
+        near, home_spread = self._p.near_tie_requests, self._p.replica_home_requests
+        if near is None:
+            near = REPLICA_NEAR_TIE if replicas > 1 else 0.0
+        if home_spread is None:
+            home_spread = REPLICA_HOME if replicas > 1 else 0.0
+        home = self._home_workers(pool, replicas) if home_spread > 0 else frozenset()
+        chosen = cheapest(costs, pool, self._rng, near * unit, home, home_spread * unit)
         best = min(costs.values())
         scores = {wid: best / c for wid, c in costs.items()}
         ms = costs[chosen.id] * 1000.0 / self._p.prefill_tokens_per_s
         return Decision(worker=chosen.id, scores=scores, reason=f"lowest estimated TTFT ({ms:.0f} ms)")
 
-
-    def _near_tie(self) -> float:
-        if self._p.near_tie_requests is not None:
-            return self._p.near_tie_requests
-        return REPLICA_NEAR_TIE if self._replicas() > 1 else 0.0
+    def _home_workers(self, pool: Sequence[WorkerView], replicas: int) -> frozenset[WorkerId]:
+        """Every ``replicas``-th pool worker in id order from this replica's rank (cached per pool)."""
+        if replicas <= 1:
+            return frozenset()
+        key = (tuple(w.id for w in pool), replicas, self._rank() % replicas)
+        if key != self._home_of:
+            self._home_of = key
+            self._home = frozenset(sorted(key[0])[key[2] :: replicas])
+        return self._home
 
 
 PLUGINS = (

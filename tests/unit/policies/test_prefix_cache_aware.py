@@ -180,20 +180,42 @@ def test_near_ties_spread_cold_requests_but_never_a_warm_one() -> None:
     assert {_pick(warm, seed=s, near_tie_requests=5.0) for s in range(20)} == {"c"}
 
 
-def test_near_ties_turn_on_by_themselves_while_other_replicas_route_the_fleet() -> None:
+def test_near_ties_and_home_workers_turn_on_by_themselves_while_other_replicas_route_the_fleet() -> None:
     cold = _recent({"a": 10_000, "b": 10_010, "c": 10_020, "d": 30_000})
     replicas = [1]
     ctx = [
-        PolicyContext(rng=random.Random(s), block_size=BS, replicas=lambda: replicas[0]) for s in range(40)
+        PolicyContext(
+            rng=random.Random(s), block_size=BS, replicas=lambda: replicas[0], replica_rank=lambda s=s: s % 4
+        )
+        for s in range(40)
     ]
     policies = [build_policy("prefix_cache_aware", c) for c in ctx]
     assert {p.select(REQ, cold).worker for p in policies} == {"a"}  # a lone gateway is greedy
-    replicas[0] = 4  # another replica's figures appeared in the shared state
-    assert {p.select(REQ, cold).worker for p in policies} == {"a", "b", "c"}
-    explicit = [
-        build_policy({"type": "prefix_cache_aware", "params": {"near_tie_requests": 0}}, c) for c in ctx
-    ]
-    assert {p.select(REQ, cold).worker for p in explicit} == {"a"}  # a set value wins
+    replicas[0] = 4  # other replicas' figures appeared in the shared state
+    picks = [p.select(REQ, cold).worker for p in policies]
+    assert [w for i, w in enumerate(picks) if i % 4 < 3] == ["a", "b", "c"] * 10  # each its home worker
+    # rank 3's home worker "d" costs far more than the cheapest: it draws among the near ties instead
+    assert {w for i, w in enumerate(picks) if i % 4 == 3} == {"a", "b", "c"}
+    off = {"type": "prefix_cache_aware", "params": {"near_tie_requests": 0, "replica_home_requests": 0}}
+    assert {build_policy(off, c).select(REQ, cold).worker for c in ctx} == {"a"}  # set values win
+
+
+def test_replicas_routing_a_burst_in_the_same_instant_spread_it_over_their_home_workers() -> None:
+    idle = [worker(f"w{i}") for i in range(8)]  # what every replica sees before any sees the others' picks
+
+    def replica(rank: int, **params: float) -> Any:
+        ctx = PolicyContext(rng=random.Random(0), block_size=BS, replicas=lambda: 4, replica_rank=lambda: rank)
+        return build_policy({"type": "prefix_cache_aware", "params": params}, ctx)
+
+    assert len({replica(r).select(REQ, idle).worker for r in range(4)}) == 4
+    # the same draw on every replica (one seed here) without home workers: all four pile onto one
+    assert len({replica(r, replica_home_requests=0).select(REQ, idle).worker for r in range(4)}) == 1
+
+
+def test_a_home_worker_never_takes_a_request_from_a_warmer_one() -> None:
+    fleet = [worker("w0", gpu_hit_blocks=8), worker("w1")]  # w1 is rank 1's home worker; w0 holds more
+    ctx = PolicyContext(block_size=BS, replicas=lambda: 2, replica_rank=lambda: 1)
+    assert build_policy("prefix_cache_aware", ctx).select(REQ, fleet).worker == "w0"
 
 
 def test_balance_weight_and_bound_zero_are_the_bare_cost_model() -> None:

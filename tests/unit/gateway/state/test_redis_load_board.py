@@ -59,10 +59,12 @@ async def test_a_closed_replica_no_longer_counts(redis_url: str) -> None:
     async with open_redis_state(redis_url, config=FAST) as one:
         async with open_redis_state(redis_url, config=FAST) as two:
             await eventually(lambda: one.load.replicas() == two.load.replicas() == 2)  # before any traffic
+            await eventually(lambda: {one.load.rank(), two.load.rank()} == {0, 1})  # one position each
             two.load.acquire("w1", 10)
             await eventually(lambda: one.load.get("w1") == WorkerLoad(1, 10))
         await eventually(lambda: one.load.get("w1") == WorkerLoad(0, 0))
         await eventually(lambda: one.load.replicas() == 1)
+        await eventually(lambda: one.load.rank() == 0)
 
 
 async def test_redis_down_answers_local_figures_and_recovers(tmp_path: Path) -> None:
@@ -80,7 +82,7 @@ async def test_redis_down_answers_local_figures_and_recovers(tmp_path: Path) -> 
             await asyncio.to_thread(server.stop)
             await eventually(lambda: board_one.degraded)
             assert one.load.get("w1") == WorkerLoad(1, 10)
-            assert one.load.replicas() == 1  # alone as far as routing can tell
+            assert one.load.replicas() == 1 and one.load.rank() == 0  # alone as far as routing can tell
             one.load.acquire("w1", 10)  # requests are still accounted while degraded
             await asyncio.to_thread(server.start)
             await eventually(lambda: not board_one.degraded and not board_two.degraded, timeout_s=20)
