@@ -54,10 +54,16 @@ def _port_free(port: int) -> bool:
         return True
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports (held open together: a released port can be handed out again)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _start_worker(port: int, log_dir: Path, model: str | None) -> subprocess.Popen[bytes]:
@@ -126,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    port = args.port if _port_free(args.port) else _free_port()
-    worker_ports = [_free_port(), _free_port()]
+    *worker_ports, spare = _free_ports(3)
+    port = args.port if _port_free(args.port) else spare
     urls = [f"http://127.0.0.1:{p}" for p in worker_ports]
     with tempfile.TemporaryDirectory(prefix="kvgate-demo-") as tmp:
         log_dir = Path(tmp)

@@ -58,9 +58,17 @@ class Fleet:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports: the sockets are held open together, since the kernel may hand a
+    just-released port out again before the process it was picked for has bound it."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind((HOST, 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 def _kvgate(*args: str) -> list[str]:
@@ -119,9 +127,8 @@ def stop_fleet(fleet: Fleet, timeout_s: float = 10.0) -> None:
     fleet.procs.clear()
 
 
-def _start_workers(fleet: Fleet, spec: FleetSpec) -> None:
-    for i in range(spec.workers):
-        port = free_port()
+def _start_workers(fleet: Fleet, spec: FleetSpec, ports: Sequence[int]) -> None:
+    for i, port in enumerate(ports):
         mode = ["--sim"] if spec.sim else ["--model", spec.model]
         extra = spec.per_worker_args[i] if i < len(spec.per_worker_args) else ()
         cmd = _kvgate("worker", *mode, "--host", HOST, "--port", str(port), *spec.worker_args, *extra)
@@ -129,11 +136,10 @@ def _start_workers(fleet: Fleet, spec: FleetSpec) -> None:
         fleet.worker_urls.append(f"http://{HOST}:{port}")
 
 
-def _start_redis(fleet: Fleet, spec: FleetSpec) -> str:
+def _start_redis(fleet: Fleet, spec: FleetSpec, port: int) -> str:
     exe = shutil.which("redis-server")
     if exe is None:
         raise RuntimeError("several gateways need redis-server: install it (apt-get install redis-server)")
-    port = free_port()
     fleet.redis_cmd = [exe, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no"]
     fleet.redis_proc = _start(fleet, fleet.redis_cmd, spec.log_dir / "redis.log")
     return f"redis://{HOST}:{port}/0"
@@ -155,8 +161,7 @@ def restart_redis(fleet: Fleet, log: Path) -> None:
 
 def _start_gateways(fleet: Fleet, spec: FleetSpec) -> None:
     state = fleet.redis_url or "memory"
-    for i in range(spec.gateways):
-        port = free_port()
+    for i, port in enumerate(free_ports(spec.gateways)):
         if spec.router_cmd:
             cmd = shlex.split(
                 spec.router_cmd.format(
@@ -187,9 +192,10 @@ def launch(spec: FleetSpec) -> Iterator[Fleet]:
     """Start the fleet, wait until every worker and gateway is ready, stop everything on exit."""
     fleet = Fleet()
     try:
+        ports = free_ports(spec.workers + 1)  # the workers' and a private redis-server's, picked together
         if spec.gateways > 1 and spec.router_cmd is None:
-            fleet.redis_url = spec.redis_url or _start_redis(fleet, spec)
-        _start_workers(fleet, spec)
+            fleet.redis_url = spec.redis_url or _start_redis(fleet, spec, ports[-1])
+        _start_workers(fleet, spec, ports[:-1])
         _wait_ready(fleet, fleet.worker_urls, "/health", spec.ready_timeout_s)
         _start_gateways(fleet, spec)
         ready_path = "/health" if spec.router_cmd else "/ready"

@@ -16,10 +16,16 @@ import httpx
 REPO = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(_given: set[int] = set()) -> int:  # noqa: B006 - the ports this test process handed out
+    """A free loopback port not handed out before in this process: the kernel may give a just-released port
+    again before the server it was picked for has bound it."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _given:
+            _given.add(port)
+            return port
 
 
 def wait_until(pred: Callable[[], bool], timeout_s: float = 20.0, interval_s: float = 0.05) -> None:
