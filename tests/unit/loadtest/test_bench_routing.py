@@ -9,7 +9,7 @@ from gateway.kvcontract.hashing import chain_hashes, root_hash
 from gateway.tokenize.analyzer import Endpoint
 from gateway.tokenize.bundle import byte_bundle
 from gateway.tokenize.prompt import TokenizingAnalyzer
-from loadtest.bench_routing import imbalance, sent_in_order
+from loadtest.bench_routing import imbalance, sent_in_order, worker_ttfts
 from loadtest.driver import RequestRecord
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
 from loadtest.workloads import Session, WorkRequest
@@ -97,3 +97,13 @@ def test_imbalance_counts_idle_workers() -> None:
     ]
     assert imbalance(recs, 2, lambda r: r.prompt_tokens) == pytest.approx(1.5)
     assert imbalance(recs, 4, lambda r: r.prompt_tokens) == pytest.approx(3.0)
+
+
+def test_worker_ttfts_queue_each_workers_uncached_prefill_in_send_order() -> None:
+    recs = [
+        RequestRecord("s1", 0.0, prompt_tokens=2000, cached_tokens=0, worker="w1"),  # 0.1 s of prefill
+        RequestRecord("s2", 0.05, prompt_tokens=2000, cached_tokens=1000, worker="w1"),  # waits 0.05 s
+        RequestRecord("s3", 0.05, prompt_tokens=2000, cached_tokens=0, worker="w2"),  # another worker
+        RequestRecord("s4", 0.06, prompt_tokens=2000, worker="w2", error="boom"),  # failed: not served
+    ]
+    assert worker_ttfts(recs, prefill_tps=20_000) == pytest.approx([0.1, 0.1, 0.1])
