@@ -125,18 +125,28 @@ async def fetch_snapshot(client: httpx.AsyncClient, url: str) -> BlocksSnapshot:
     return parse_snapshot(orjson.loads(resp.content))
 
 
-async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """``data`` payloads of an SSE stream (multi-line data joined by newlines; comments skipped)."""
-    buf: list[str] = []
-    async for line in lines:
-        if not line:
-            if buf:
-                yield "\n".join(buf)
-                buf = []
-        elif line.startswith("data:"):
-            buf.append(line[5:].removeprefix(" "))
+async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``data`` payloads of an SSE byte stream, split as they arrive (multi-line data joined by newlines;
+    comments and other fields skipped; LF or CRLF line ends). Bytes, not text lines: the feed's payloads go
+    straight to orjson, and httpx's text line decoder costs more than the parsing."""
+    pending = b""
+    buf: list[bytes] = []
+    async for chunk in chunks:
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line:
+                if buf:
+                    yield b"\n".join(buf)
+                    buf = []
+            elif line.startswith(b"data:"):
+                buf.append(line[5:].removeprefix(b" "))
+    if pending.startswith(b"data:"):
+        buf.append(pending[5:].rstrip(b"\r").removeprefix(b" "))
     if buf:
-        yield "\n".join(buf)
+        yield b"\n".join(buf)
 
 
 async def run_worker_feed(
@@ -178,5 +188,5 @@ async def _follow_once(
                 "start both with the same --block-size (its blocks cannot match otherwise)"
             )
         await on_snapshot(snapshot)
-        async for data in sse_data(resp.aiter_lines()):
+        async for data in sse_data(resp.aiter_bytes()):
             await on_events(parse_event_payload(data))
