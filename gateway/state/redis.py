@@ -46,11 +46,14 @@ class RedisLoadConfig:
         sync_interval_s: how often figures are pushed and pulled.
         key_ttl_s: a replica's figures disappear this long after its last push.
         warn_interval_s: at most one "Redis unreachable" warning per interval.
+        discover_interval_s: how often the other replicas' keys are listed again (``SCAN``); in between,
+            each sync reads the keys it knows, so a new replica counts within this interval.
     """
 
     sync_interval_s: float = 0.05
     key_ttl_s: float = 5.0
     warn_interval_s: float = 30.0
+    discover_interval_s: float = 1.0
     recent: RecentConfig = field(default_factory=RecentConfig)
 
 
@@ -75,6 +78,8 @@ class RedisLoadBoard:
         self._others: dict[str, WorkerLoad] = {}  # recent figures as of ``_pulled_at``
         self._num_others = 0  # other replicas with a live key at the last pull
         self._rank = 0  # this replica's position among the live keys, sorted
+        self._other_keys: list[bytes] = []  # the other replicas' keys, as of the last discovery
+        self._discovered_at = float("-inf")
         self._pulled_at = 0.0
         self._last_warning = float("-inf")
         self.degraded = False
@@ -135,8 +140,14 @@ class RedisLoadBoard:
             await asyncio.sleep(self.config.sync_interval_s)
 
     async def sync_once(self) -> None:
-        """Publish this replica's figures and pull the others' (one round trip each)."""
+        """Publish this replica's figures and pull the others' (one pipelined round trip), listing the
+        other replicas' keys again first when ``discover_interval_s`` has passed."""
         ttl_ms = int(self.config.key_ttl_s * 1000)
+        own = self.key.encode()
+        if self._clock() - self._discovered_at >= self.config.discover_interval_s:
+            keys = [k async for k in self._redis.scan_iter(match=KEY_PREFIX + "*", count=100)]
+            self._other_keys = [k for k in keys if k != own]
+            self._discovered_at = self._clock()
         self._recent.now()  # rebase before publishing
         async with self._redis.pipeline(transaction=False) as pipe:
             mapping: dict[str, float | int] = {f"{w}{_SEP}r": c[0] for w, c in self._own.items()}
@@ -148,18 +159,14 @@ class RedisLoadBoard:
             mapping[_EPOCH.decode()] = self._recent.epoch
             pipe.hset(self.key, mapping=mapping)  # type: ignore[arg-type]
             pipe.pexpire(self.key, ttl_ms)
-            await pipe.execute()
-        keys = [k async for k in self._redis.scan_iter(match=KEY_PREFIX + "*", count=100)]
-        others = [k for k in keys if k.decode() != self.key]
-        async with self._redis.pipeline(transaction=False) as pipe:
+            others = self._other_keys
             for key in others:
                 pipe.hgetall(key)
-            hashes = cast("list[dict[bytes, bytes]]", await pipe.execute())
+            hashes = cast("list[dict[bytes, bytes]]", (await pipe.execute())[2:])
         now = self._recent.now()
         self._others = _sum_figures(hashes, now, self._recent.half_life_s)
-        live = [key for key, h in zip(others, hashes, strict=True) if h]
+        live = [key for key, h in zip(others, hashes, strict=True) if h]  # a gone replica's key reads empty
         self._num_others = len(live)
-        own = self.key.encode()
         self._rank = sum(1 for key in live if key < own)
         self._pulled_at = now
         if self.degraded:
@@ -171,6 +178,7 @@ class RedisLoadBoard:
         self._others = {}
         self._num_others = 0
         self._rank = 0
+        self._discovered_at = float("-inf")  # list the keys again once Redis answers
         now = self._clock()
         if now - self._last_warning >= self.config.warn_interval_s:
             self._last_warning = now

@@ -14,7 +14,7 @@ from tests.support.redis_server import new_redis_server
 
 pytestmark = pytest.mark.redis
 
-FAST = RedisLoadConfig(sync_interval_s=0.02, key_ttl_s=1.0)
+FAST = RedisLoadConfig(sync_interval_s=0.02, key_ttl_s=1.0, discover_interval_s=0.05)
 
 
 async def eventually(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
