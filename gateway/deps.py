@@ -28,7 +28,7 @@ from gateway.kvindex.feedback import PrefixFeedback
 from gateway.kvindex.index import KVIndex
 from gateway.observability.metrics import Metrics
 from gateway.proxy.forward import Proxy
-from gateway.proxy.h1 import H1Pool
+from gateway.proxy.h1 import H1Getter, H1Pool
 from gateway.proxy.upstream import open_upstream
 from gateway.routing.parity_gate import parity_reports, refuse_precise
 from gateway.routing.router import Router
@@ -184,6 +184,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
             httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=settings.timeouts.connect_s))
         )
         upstream = await stack.enter_async_context(open_upstream(timeouts=settings.timeouts))
+        probes = H1Getter(await stack.enter_async_context(open_upstream(timeouts=settings.timeouts)))
         # PD prefill calls (gateway.routing.pd) are off the hot path and use aiohttp.
         prefill_session = await stack.enter_async_context(
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(sock_connect=settings.timeouts.connect_s))
@@ -218,7 +219,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
             retry=settings.retry, rng=random.Random(),
         )  # fmt: skip
         health = HealthChecker(
-            fleet, control, state.load, interval_s=settings.health_interval_s,
+            fleet, probes, state.load, interval_s=settings.health_interval_s,
             on_removed=kv.remove_worker if kv is not None else lambda _id: None,
         )  # fmt: skip
         try:

@@ -13,16 +13,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import httpx
 import orjson
 
 from gateway.fleet.registry import Fleet, WorkerRecord
 from gateway.state.protocols import LoadBoard
 
 logger = logging.getLogger(__name__)
+
+#: ``await get(base_url, path)`` -> (status, body); raises ``OSError`` or ``TimeoutError`` when it fails
+Get = Callable[[str, str], Awaitable[tuple[int, bytes]]]
 
 
 def _int(data: Mapping[str, Any], *keys: str) -> int:
@@ -55,7 +57,7 @@ class HealthChecker:
 
     Args:
         fleet: the registry to update.
-        client: control-plane HTTP client (not the proxy's pool).
+        get: the probes' HTTP GET (``gateway.proxy.h1.H1Getter`` on its own pool).
         load: in-flight accounting, to know when a draining worker is idle.
         interval_s: time between rounds; each probe's deadline is the same.
         on_removed: called with a worker id after a drained worker is removed.
@@ -66,7 +68,7 @@ class HealthChecker:
     def __init__(
         self,
         fleet: Fleet,
-        client: httpx.AsyncClient,
+        get: Get,
         load: LoadBoard,
         *,
         interval_s: float,
@@ -75,7 +77,7 @@ class HealthChecker:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._fleet = fleet
-        self._client = client
+        self._get = get
         self._load = load
         self._interval_s = interval_s
         self._on_removed = on_removed
@@ -129,11 +131,11 @@ class HealthChecker:
         was_healthy = record.healthy
         try:
             async with asyncio.timeout(self._probe_timeout_s):
-                resp = await self._client.get(f"{record.url}/health")
-                record.healthy = resp.status_code == 200
+                status, _ = await self._get(record.url, "/health")
+                record.healthy = status == 200
                 if record.healthy:
                     await self._poll_extras(record, models=not was_healthy)
-        except (httpx.HTTPError, TimeoutError, OSError, ValueError) as exc:
+        except (TimeoutError, OSError, ValueError) as exc:
             record.healthy = False
             if was_healthy:
                 logger.warning("worker unhealthy", extra={"worker": record.id, "error": repr(exc)})
@@ -147,10 +149,10 @@ class HealthChecker:
         now = self._clock()
         last = self._models_read_at.get(record.id)
         if models or not record.models or last is None or now - last >= self._models_interval_s:
-            resp = await self._client.get(f"{record.url}/v1/models")
-            if resp.status_code == 200 and isinstance(data := orjson.loads(resp.content), dict):
+            status, body = await self._get(record.url, "/v1/models")
+            if status == 200 and isinstance(data := orjson.loads(body), dict):
                 apply_models(record, data)
                 self._models_read_at[record.id] = now
-        load = await self._client.get(f"{record.url}/load")
-        if load.status_code == 200 and isinstance(figures := orjson.loads(load.content), dict):
+        status, body = await self._get(record.url, "/load")
+        if status == 200 and isinstance(figures := orjson.loads(body), dict):
             apply_load(record, figures)

@@ -3,7 +3,8 @@
 Why not aiohttp or httpx here: per proxied request their client machinery costs more CPU than the rest of
 the gateway together (``loadtest/bench_proxy.py`` measures it). This client does only what the proxy needs:
 one write per request (head and body together), response parsing in C (httptools, chunked decoding
-included), pooled connections per worker, and back-pressure for streams. Control-plane calls keep httpx.
+included), pooled connections per worker, and back-pressure for streams. The health checker's frequent
+small GETs use it too (``H1Getter``); other control-plane calls keep httpx.
 
 Failures surface as ``UpstreamConnectionError`` (an ``OSError``). A request that fails on a *reused* idle
 connection before any response byte is retried once on a fresh connection, because the worker may have
@@ -157,7 +158,8 @@ class H1Pool:
         return conn
 
     async def post(self, target: Target, request: bytes) -> H1Connection:
-        """Send a complete request; return the connection once the response headers arrived.
+        """Send a complete request (a POST, or any other built by ``Target``); return the connection once the
+        response headers arrived.
 
         The caller reads the body from the connection, then calls ``release``.
 
@@ -231,3 +233,23 @@ class Target:
         """
         head = b"POST %s%s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
         return head % (self.base_path, path, self.netloc, len(body)) + extra_headers + b"\r\n" + body
+
+    def get_request(self, path: bytes) -> bytes:
+        """A GET of ``base_path + path``."""
+        return b"GET %s%s HTTP/1.1\r\nhost: %s\r\n\r\n" % (self.base_path, path, self.netloc)
+
+
+class H1Getter:
+    """``await get(base_url, path)`` -> (status, body): small GETs over a keep-alive pool (health probes)."""
+
+    def __init__(self, pool: H1Pool) -> None:
+        self._pool = pool
+
+    async def __call__(self, base_url: str, path: str) -> tuple[int, bytes]:
+        """Raises ``UpstreamConnectionError`` (an ``OSError``) when the exchange fails."""
+        target = Target.parse(base_url)
+        conn = await self._pool.post(target, target.get_request(path.encode()))
+        try:
+            return conn.status, await conn.read_all()
+        finally:
+            self._pool.release(target, conn)

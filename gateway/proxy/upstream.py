@@ -2,8 +2,9 @@
 
 Not aiohttp or httpx: their per-request client machinery dominated the gateway's CPU per request (see
 ``gateway.proxy.h1`` and ``loadtest/bench_proxy.py``). The pool is unbounded in connections (thousands
-of concurrent streams each hold one) and keeps up to 1024 idle ones per worker. Control-plane calls
-(health, models, tokenizer, KV events) use the separate httpx client in ``Deps``.
+of concurrent streams each hold one) and keeps up to 1024 idle ones per worker. The health probes get a
+pool of their own (``open_upstream`` again, wrapped in ``H1Getter``); other control-plane calls (tokenizer,
+parity, KV events) use the separate httpx client in ``Deps``.
 """
 
 from __future__ import annotations

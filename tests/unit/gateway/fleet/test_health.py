@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-import httpx
+import orjson
 
 from gateway.fleet.health import HealthChecker
 from gateway.fleet.registry import Fleet
+from gateway.proxy.h1 import H1Getter, H1Pool
 from gateway.settings import BreakerSettings, WorkerSpec
 from gateway.state.memory import MemoryLoadBoard
+from tests.support.procs import free_port
+from tests.unit.gateway.fake_worker import FakeWorker, running
 
 
 class FakeWorkers:
@@ -20,16 +23,16 @@ class FakeWorkers:
         self.calls: list[tuple[str, str, float]] = []  # (host, path, loop time)
         self.down: set[str] = set()
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        host, path = request.url.host, request.url.path
+    async def __call__(self, base_url: str, path: str) -> tuple[int, bytes]:
+        host = base_url.removeprefix("http://")
         self.calls.append((host, path, asyncio.get_running_loop().time()))
         if host in self.down:
-            return httpx.Response(503)
+            return 503, b""
         if path == "/v1/models":
-            return httpx.Response(200, json={"object": "list", "data": [{"id": f"model-{host}"}]})
+            return 200, orjson.dumps({"object": "list", "data": [{"id": f"model-{host}"}]})
         if path == "/load":
-            return httpx.Response(200, json={"running": 1, "waiting": 2})
-        return httpx.Response(200, json={"status": "ok"})
+            return 200, orjson.dumps({"running": 1, "waiting": 2})
+        return 200, b'{"status": "ok"}'
 
     def count(self, path: str) -> int:
         return sum(1 for _, p, _ in self.calls if p == path)
@@ -39,9 +42,8 @@ def _checker(workers: FakeWorkers, n: int, clock: list[float]) -> tuple[HealthCh
     fleet = Fleet(breaker=BreakerSettings(), clock=lambda: clock[0])
     for i in range(n):
         fleet.add(WorkerSpec(id=f"w{i}", url=f"http://w{i}"))
-    client = httpx.AsyncClient(transport=httpx.MockTransport(workers))
     checker = HealthChecker(
-        fleet, client, MemoryLoadBoard(), interval_s=1.0, models_interval_s=30.0, clock=lambda: clock[0]
+        fleet, workers, MemoryLoadBoard(), interval_s=1.0, models_interval_s=30.0, clock=lambda: clock[0]
     )
     return checker, fleet
 
@@ -78,3 +80,22 @@ async def test_a_rounds_probes_are_spread_over_its_tick() -> None:
     firsts = sorted(t for _, p, t in workers.calls if p == "/health")
     assert len(firsts) == 4
     assert all(b - a >= 0.09 for a, b in itertools.pairwise(firsts))  # 0.1 s apart, not a burst
+
+
+async def test_probes_over_the_h1_pool_against_a_real_worker() -> None:
+    pool = H1Pool(connect_timeout_s=1.0)
+    get = H1Getter(pool)
+    sick = FakeWorker("sick", healthy=False)
+    async with running(FakeWorker("w0"), sick) as (w0, _):
+        fleet = Fleet(breaker=BreakerSettings(), clock=lambda: 0.0)
+        for w in (w0, sick):
+            fleet.add(WorkerSpec(id=w.name, url=w.url))
+        fleet.add(WorkerSpec(id="gone", url=f"http://127.0.0.1:{free_port()}"))  # nothing listens there
+        checker = HealthChecker(fleet, get, MemoryLoadBoard(), interval_s=1.0)
+        for _ in range(3):  # keep-alive connections are reused round after round
+            await checker.round()
+        by = {r.id: r for r in fleet}
+        assert by["w0"].healthy and by["w0"].models == {w0.model} and by["w0"].queue_depth == 2
+        assert not by["sick"].healthy and not by["gone"].healthy
+        assert await get(w0.url, "/load") == (200, b'{"running":1,"waiting":2,"kv_usage":0.25,"cached_blocks":7}')
+    pool.close()
