@@ -175,9 +175,13 @@ class H1Pool:
                 await conn.start(request)
                 return conn
             except UpstreamConnectionError:
+                conn.abort()
                 if conn.got_bytes:
                     raise
-                conn.abort()  # the worker closed it while idle: try a fresh connection
+                # the worker closed it while idle: try a fresh connection
+            except BaseException:  # cancelled (a deadline, a client gone): the connection is mid-exchange
+                conn.abort()
+                raise
         conn = await self._connect(target)
         try:
             await conn.start(request)

@@ -86,3 +86,41 @@ async def test_refused_connection_raises() -> None:
     pool = H1Pool(connect_timeout_s=1.0)
     with pytest.raises(UpstreamConnectionError):
         await pool.post(Target.parse(f"http://127.0.0.1:{free_port()}"), b"")
+
+
+async def test_a_cancelled_request_on_a_reused_connection_closes_it() -> None:
+    closed = asyncio.Event()
+    served = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal served
+        while await reader.readuntil(b"\r\n\r\n"):
+            served += 1
+            if served == 1:  # answer the first request only; the second one hangs
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+        closed.set()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await handle(reader, writer)
+        except asyncio.IncompleteReadError:
+            closed.set()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = H1Pool(connect_timeout_s=1.0)
+    target = Target.parse(f"http://127.0.0.1:{port}")
+    try:
+        conn = await pool.post(target, target.get_request(b"/health"))
+        assert (conn.status, await conn.read_all()) == (200, b"ok")
+        pool.release(target, conn)  # kept alive, idle
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await pool.post(target, target.get_request(b"/health"))  # reuses it, then is cancelled
+        assert conn.closed
+        await asyncio.wait_for(closed.wait(), 5)  # the worker saw the connection go
+    finally:
+        pool.close()
+        server.close()
+        await server.wait_closed()
