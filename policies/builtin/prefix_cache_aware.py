@@ -219,18 +219,12 @@ def cheapest(
     best = min(pool, key=lambda w: costs[w.id])
     hit = (best.gpu_hit_blocks, best.tier_hit_blocks)
     least = costs[best.id]
+    peers = [w for w in pool if (w.gpu_hit_blocks, w.tier_hit_blocks) == hit]
     if home:
-        line = least + home_spread
-        mine = [
-            w for w in pool
-            if w.id in home and costs[w.id] <= line and (w.gpu_hit_blocks, w.tier_hit_blocks) == hit
-        ]  # fmt: skip
+        mine = [w for w in peers if w.id in home and costs[w.id] <= least + home_spread]
         if mine:
             return min(mine, key=lambda w: costs[w.id])
-    line = least + spread
-    return choose_tied(
-        rng, [w for w in pool if costs[w.id] <= line and (w.gpu_hit_blocks, w.tier_hit_blocks) == hit]
-    )
+    return choose_tied(rng, [w for w in peers if costs[w.id] <= least + spread])
 
 
 class PrefixCacheAware:
