@@ -33,7 +33,8 @@ class Summary:
     workers: int
 
 
-def _pct(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0–100) of ``values``; nan when empty."""
     return float(np.percentile(values, q)) if values else float("nan")
 
 
@@ -63,13 +64,13 @@ def summarize(result: RunResult) -> Summary:
         wall_s=result.wall_s,
         req_per_s=len(ok) / wall,
         output_tok_per_s=sum(r.completion_tokens for r in ok) / wall,
-        ttft_p50=_pct(ttft, 50),
-        ttft_p90=_pct(ttft, 90),
-        ttft_p99=_pct(ttft, 99),
-        e2e_p50=_pct(e2e, 50),
-        e2e_p99=_pct(e2e, 99),
-        itl_p50=_pct(itl, 50),
-        itl_p99=_pct(itl, 99),
+        ttft_p50=percentile(ttft, 50),
+        ttft_p90=percentile(ttft, 90),
+        ttft_p99=percentile(ttft, 99),
+        e2e_p50=percentile(e2e, 50),
+        e2e_p99=percentile(e2e, 99),
+        itl_p50=percentile(itl, 50),
+        itl_p99=percentile(itl, 99),
         hit_rate=(sum(r.cached_tokens for r in ok) / prompt) if prompt else float("nan"),
         imbalance=load_imbalance(recs),
         workers=len({r.worker for r in ok if r.worker}),
