@@ -54,8 +54,9 @@ def _port_free(port: int) -> bool:
         return True
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct free loopback ports (held open together: a released port can be handed out again)."""
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports: the sockets are held open together, since the kernel may hand a
+    just-released port out again before the process it was picked for has bound it."""
     socks = [socket.socket() for _ in range(n)]
     try:
         for s in socks:
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    *worker_ports, spare = _free_ports(3)
+    *worker_ports, spare = free_ports(3)
     port = args.port if _port_free(args.port) else spare
     urls = [f"http://127.0.0.1:{p}" for p in worker_ports]
     with tempfile.TemporaryDirectory(prefix="kvgate-demo-") as tmp:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import httpx
 
+from gateway.demo import free_ports
 from loadtest.fleet import free_port
 
 _COMPLETION = json.dumps({
@@ -196,7 +197,7 @@ def wait_http(url: str, timeout_s: float = 30.0) -> None:
 def _start_fleet(kind: str, num_workers: int, logs: Path, gateway_args: Sequence[str] = ()) -> _Fleet:
     py = sys.executable
     procs: list[subprocess.Popen[bytes]] = []
-    ports = [free_port() for _ in range(num_workers)]
+    ports = free_ports(num_workers)
     for i, port in enumerate(ports):
         if kind == "sim":
             cmd = [py, "-m", "gateway.cli", "worker", "--sim", "--host", "127.0.0.1", "--port", str(port),

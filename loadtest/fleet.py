@@ -13,7 +13,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from gateway.demo import free_ports
 
 HOST = "127.0.0.1"
 
@@ -59,16 +60,6 @@ class Fleet:
 
 def free_port() -> int:
     return free_ports(1)[0]
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free loopback ports: the sockets are held open together, since the kernel may hand a
-    just-released port out again before the process it was picked for has bound it."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind((HOST, 0))
-        return [int(s.getsockname()[1]) for s in socks]
 
 
 def _kvgate(*args: str) -> list[str]:

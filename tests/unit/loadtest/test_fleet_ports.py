@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from loadtest.fleet import HOST, free_ports
+from gateway.demo import free_ports
+from loadtest.fleet import HOST
 
 
 def test_free_ports_are_distinct_and_bindable() -> None:
