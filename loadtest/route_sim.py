@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gateway.state.memory import MemoryLoadBoard
-from gateway.state.recent import DEFAULT_HALF_LIFE_S, RecentConfig
+from gateway.state.recent import DEFAULT_CACHED_WEIGHT, DEFAULT_HALF_LIFE_S, RecentConfig, routed_tokens
 from gateway.tokenize.analyzer import Endpoint
 from gateway.tokenize.bundle import byte_bundle
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
@@ -98,6 +98,7 @@ def replay(
     seed: int = 0,
     recent_half_life_s: float = DEFAULT_HALF_LIFE_S,
     sync_lag_s: float = 0.05,
+    recent_cached_weight: float = DEFAULT_CACHED_WEIGHT,
 ) -> SimResult:
     """Replay ``sessions`` (starting at ``arrivals``) through ``replicas`` instances of the policy; each
     replica sees the others' routing ``sync_lag_s`` late."""
@@ -188,7 +189,7 @@ def replay(
         w.prefill_free_at = first
         end = first + blocks.output_tokens / fleet.decode_tps
         w.inflight.append((at + sync_lag_s, end, uncached + blocks.output_tokens, ri))
-        routed = blocks.num_tokens + blocks.output_tokens
+        routed = routed_tokens(blocks.num_tokens, hit_tokens, blocks.output_tokens, recent_cached_weight)
         board.add_routed(decision.worker, routed)
         for other in range(replicas):
             if other != ri:
@@ -228,6 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pca-params", default="{}", help="prefix_cache_aware params as JSON")
     ap.add_argument("--seeds", type=int, default=1, help="repeat with this many seeds (policy RNG, arrivals)")
     ap.add_argument("--sync-lag-s", type=float, default=0.05, help="when replicas see each other's routing")
+    ap.add_argument(
+        "--recent-cached-weight", type=float, default=DEFAULT_CACHED_WEIGHT,
+        help="share of a request's cached prompt tokens counted in the recent routed load",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     params = json.loads(args.pca_params)
     print(
@@ -258,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         max_requests=sc.max_requests,
                         seed=seed,
                         sync_lag_s=args.sync_lag_s,
+                        recent_cached_weight=args.recent_cached_weight,
                     )
                     print(
                         f"| {name} | {pol} | {n} | {seed} | {r.hit_rate:.1%} | {r.ideal_hit_rate:.1%} "

@@ -80,7 +80,8 @@ class WorkerView:
         gpu_hit_blocks: leading blocks of this request the index places in the worker's own cache.
         tier_hit_blocks: further leading blocks present in the shared dram/ssd tiers.
         recent_tokens: prompt + completion-budget tokens every gateway replica routed to the worker lately,
-            exponentially decayed (the gateway's ``--recent-half-life-s``); only requests whose prompt was
+            exponentially decayed (the gateway's ``--recent-half-life-s``), the prompt tokens predicted cached
+            there counted at ``--recent-cached-weight`` (0.25 by default); only requests whose prompt was
             tokenized count their prompt. The same figure on every replica (up to the state sync interval).
         recent_requests: requests routed to the worker lately, decayed the same way.
     """

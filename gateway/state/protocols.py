@@ -17,7 +17,8 @@ class WorkerLoad:
     """In-flight work the gateway(s) sent a worker and have not seen finish, and what they routed lately.
 
     ``recent_tokens`` / ``recent_requests``: the prompt + completion-budget tokens (and the requests) every
-    replica routed to the worker, exponentially decayed (``gateway.state.recent``; a replica that leaves
+    replica routed to the worker, predicted cached prompt tokens at their weight (``recent.routed_tokens``),
+    exponentially decayed (``gateway.state.recent``; a replica that leaves
     takes its share with it).
     """
 

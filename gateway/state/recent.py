@@ -18,6 +18,15 @@ from dataclasses import dataclass
 from typing import Final
 
 DEFAULT_HALF_LIFE_S: Final = 30.0
+DEFAULT_CACHED_WEIGHT: Final = 0.25
+
+
+def routed_tokens(prompt_tokens: int, cached_tokens: int, budget: int, cached_weight: float) -> int:
+    """What one routed request adds to its worker's recent load: the prompt, its predicted cached tokens
+    counted at ``cached_weight`` (they cost KV memory and attention, not prefill), and the completion budget.
+    """
+    cached = min(max(0, cached_tokens), prompt_tokens)
+    return max(0, prompt_tokens - round((1.0 - cached_weight) * cached)) + max(0, budget)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,11 @@ What it does:
     and ``tier`` the tokens it would pull from the shared dram/ssd tier. ``recent`` is the worker's share of
     recently routed tokens (``recent_tokens``: what every gateway replica routed to it, exponentially decayed
     with the gateway's ``--recent-half-life-s``, kept in the shared state so every replica balances the same
-    fleet-wide figures) and ``mean_request`` the mean recent request (prompt + completion budget). Dividing
-    by ``prefill_tokens_per_s`` gives seconds (shown in the reason). The cheapest worker wins, so a warm
-    worker is preferred exactly as long as its extra queue and load cost less than the prefill it saves.
+    fleet-wide figures; prompt tokens predicted cached on it count at ``--recent-cached-weight``, 0.25, as
+    they cost KV memory and attention but no prefill) and ``mean_request`` the mean recent request (prompt +
+    completion budget). Dividing by ``prefill_tokens_per_s`` gives seconds (shown in the reason). The
+    cheapest worker wins, so a warm worker is preferred exactly as long as its extra queue and load cost
+    less than the prefill it saves.
     Sticky traffic (sessions, prefix groups: every later request follows its cache) is kept even by the
     balance term, which sends new sessions and cold prefixes, which save nothing anywhere, to the workers
     that received least lately, and by a bounded-load rule: a worker whose recent load is already above
@@ -70,9 +72,9 @@ Example config:
 Limitations:
     The estimate is only as good as the index's hits and the load figures; in-flight tokens count
     completion tokens as if they were prefill work. Predicted hits of requests still in flight are
-    credited as if already cached. Routed load counts tokens, not their cost: a worker's cached prompt
-    tokens weigh as much as computed ones. Other replicas' routed tokens arrive with the state's sync
-    interval (50 ms with Redis).
+    credited as if already cached. Routed load weighs a cached prompt token at a fixed share of a computed
+    one, whatever the engine's real attention and memory cost. Other replicas' routed tokens arrive with
+    the state's sync interval (50 ms with Redis).
 """
 
 from __future__ import annotations

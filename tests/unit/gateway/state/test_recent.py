@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.state.memory import MemoryLoadBoard
-from gateway.state.recent import RecentConfig, RecentSums, decayed
+from gateway.state.recent import RecentConfig, RecentSums, decayed, routed_tokens
 
 
 def test_a_sum_halves_every_half_life() -> None:
@@ -65,3 +65,11 @@ def test_memory_board_reports_recent_load_on_its_clock() -> None:
 def test_bad_config_is_refused() -> None:
     with pytest.raises(ValueError):
         RecentConfig(half_life_s=0)
+
+
+def test_routed_tokens_count_predicted_cached_prompt_tokens_at_their_weight() -> None:
+    assert routed_tokens(1000, 800, 50, 0.25) == 1000 - 600 + 50
+    assert routed_tokens(1000, 800, 50, 1.0) == 1050  # every routed token, cached or not
+    assert routed_tokens(1000, 800, 50, 0.0) == 250  # only the work: uncached prefill + decode budget
+    assert routed_tokens(100, 160, 0, 0.0) == 0  # a hit longer than the prompt (whole blocks) is clamped
+    assert routed_tokens(100, -5, -1, 0.5) == 100
