@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -32,6 +31,7 @@ import httpx
 
 from loadtest.driver import DriverConfig, RequestRecord, run_load
 from loadtest.fleet import FleetSpec, free_port, launch
+from loadtest.report import percentile
 from loadtest.workloads import Session, WorkRequest
 
 MODEL = "kvgate-sim"
@@ -88,13 +88,6 @@ def redis_tier(log_dir: Path) -> Iterator[str]:
         proc.wait(10)
 
 
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
 def summarize(records: list[RequestRecord], phase_s: float, names: Sequence[str]) -> list[dict[str, object]]:
     rows = []
     for i, name in enumerate(names):
@@ -109,9 +102,9 @@ def summarize(records: list[RequestRecord], phase_s: float, names: Sequence[str]
                 # output tokens over the time until the phase's last request finished
                 "out_tok_s": sum(r.completion_tokens for r in ok)
                 / max((max((r.start_s + r.e2e_s for r in ok), default=0.0) - i * phase_s), 1e-9),
-                "ttft_p50": statistics.median(ttft) if ttft else float("nan"),
-                "ttft_p95": _pct(ttft, 0.95),
-                "e2e_p50": statistics.median([r.e2e_s for r in ok]) if ok else float("nan"),
+                "ttft_p50": percentile(ttft, 50),
+                "ttft_p95": percentile(ttft, 95),
+                "e2e_p50": percentile([r.e2e_s for r in ok], 50),
             }
         )
     return rows
