@@ -211,7 +211,6 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         router = Router(
             fleet=fleet, load=state.load, policy=policy, analyzer=analyzer,
             kv_index=kv.index if kv is not None else None, block_size=settings.block_size, metrics=metrics,
-            recent_cached_weight=settings.recent_cached_weight,
             feedback=PrefixFeedback(metrics.registry) if kv is not None else None,
         )  # fmt: skip
         proxy = Proxy(

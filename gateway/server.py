@@ -21,7 +21,7 @@ from gateway.reload import WorkerSource
 from gateway.security.asgi import ASGIApp
 from gateway.security.setup import SecuritySettings, add_security_arguments, security_from_args, wrap_app
 from gateway.settings import DEFAULT_POLICY, Settings, Timeouts, WorkerSpec, from_args
-from gateway.state.recent import DEFAULT_CACHED_WEIGHT, DEFAULT_HALF_LIFE_S
+from gateway.state.recent import DEFAULT_HALF_LIFE_S
 
 logger = logging.getLogger(__name__)
 
@@ -47,12 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_HALF_LIFE_S,
         help="half-life of the recent routed load per worker that balancing policies read (seconds)",
-    )
-    parser.add_argument(
-        "--recent-cached-weight",
-        type=float,
-        default=DEFAULT_CACHED_WEIGHT,
-        help="share of a request's predicted cached prompt tokens counted in that recent load (0..1)",
     )
     parser.add_argument(
         "--tokenizer", default="auto", help="auto | none | bytes | PATH to tokenizer.json/dir"

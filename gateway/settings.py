@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from gateway.errors import ConfigError
-from gateway.state.recent import DEFAULT_CACHED_WEIGHT, DEFAULT_HALF_LIFE_S
+from gateway.state.recent import DEFAULT_HALF_LIFE_S
 from policies.api import Role
 
 DEFAULT_POLICY = "prefix_cache_aware"
@@ -71,7 +71,6 @@ class Settings:
     policy: str | Mapping[str, Any] = DEFAULT_POLICY
     state_url: str = "memory"
     recent_half_life_s: float = DEFAULT_HALF_LIFE_S  # decay of the recent routed load policies read
-    recent_cached_weight: float = DEFAULT_CACHED_WEIGHT  # share of predicted cached prompt tokens it counts
     tokenizer: str = "auto"
     block_size: int = 16
     max_body_bytes: int = 8 * 1024 * 1024
@@ -136,12 +135,6 @@ def _positive(name: str, value: float) -> float:
     return value
 
 
-def _fraction(name: str, value: float) -> float:
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"--{name.replace('_', '-')} must be in [0, 1] (got {value})")
-    return value
-
-
 def from_args(args: argparse.Namespace) -> Settings:
     """Build validated ``Settings`` from the ``kvgate gateway`` namespace.
 
@@ -163,9 +156,6 @@ def from_args(args: argparse.Namespace) -> Settings:
         state_url=args.state,
         recent_half_life_s=_positive(
             "recent_half_life_s", getattr(args, "recent_half_life_s", DEFAULT_HALF_LIFE_S)
-        ),
-        recent_cached_weight=_fraction(
-            "recent_cached_weight", getattr(args, "recent_cached_weight", DEFAULT_CACHED_WEIGHT)
         ),
         tokenizer=args.tokenizer,
         block_size=args.block_size,

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gateway.state.memory import MemoryLoadBoard
-from gateway.state.recent import DEFAULT_CACHED_WEIGHT, DEFAULT_HALF_LIFE_S, RecentConfig, routed_tokens
+from gateway.state.recent import DEFAULT_HALF_LIFE_S, RecentConfig
 from gateway.tokenize.analyzer import Endpoint
 from gateway.tokenize.bundle import byte_bundle
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
@@ -98,7 +98,6 @@ def replay(
     seed: int = 0,
     recent_half_life_s: float = DEFAULT_HALF_LIFE_S,
     sync_lag_s: float = 0.05,
-    recent_cached_weight: float = DEFAULT_CACHED_WEIGHT,
 ) -> SimResult:
     """Replay ``sessions`` (starting at ``arrivals``) through ``replicas`` instances of the policy; each
     replica sees the others' routing ``sync_lag_s`` late."""
@@ -124,7 +123,7 @@ def replay(
     ids = [WorkerId(f"w{i}") for i in range(fleet.workers)]
     # the gateway's own recent-load accounting, on simulated time
     boards = [MemoryLoadBoard(RecentConfig(recent_half_life_s), clock=clock) for _ in range(replicas)]
-    late: list[tuple[float, int, WorkerId, int]] = []  # (visible at, replica, worker, tokens), a heap
+    late: list[tuple[float, int, WorkerId, int, int]] = []  # (visible at, replica, worker, tokens, cached)
     bundle = byte_bundle()
     result = SimResult(per_worker=[0] * fleet.workers, prefill_per_worker=[0] * fleet.workers)
     sent: list[PromptBlocks] = []
@@ -141,8 +140,8 @@ def replay(
         budget -= 1
         ri = zlib.crc32(session.id.encode()) % replicas
         while late and late[0][0] <= at:
-            _, other, wid, tokens = heapq.heappop(late)
-            boards[other].add_routed(wid, tokens)
+            _, other, wid, tokens, cached = heapq.heappop(late)
+            boards[other].add_routed(wid, tokens, cached)
         board = boards[ri]
         views = []
         for wid, w in zip(ids, workers, strict=True):
@@ -158,6 +157,7 @@ def replay(
                     gpu_hit_blocks=hit,
                     recent_tokens=load.recent_tokens,
                     recent_requests=load.recent_requests,
+                    recent_cached_tokens=load.recent_cached_tokens,
                 )
             )
         rreq = RouteRequest(
@@ -189,11 +189,11 @@ def replay(
         w.prefill_free_at = first
         end = first + blocks.output_tokens / fleet.decode_tps
         w.inflight.append((at + sync_lag_s, end, uncached + blocks.output_tokens, ri))
-        routed = routed_tokens(blocks.num_tokens, hit_tokens, blocks.output_tokens, recent_cached_weight)
-        board.add_routed(decision.worker, routed)
+        routed = blocks.num_tokens + blocks.output_tokens
+        board.add_routed(decision.worker, routed, hit_tokens)
         for other in range(replicas):
             if other != ri:
-                heapq.heappush(late, (at + sync_lag_s, other, decision.worker, routed))
+                heapq.heappush(late, (at + sync_lag_s, other, decision.worker, routed, hit_tokens))
         result.requests += 1
         result.prompt_tokens += blocks.num_tokens
         result.hit_tokens += hit_tokens
@@ -229,10 +229,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pca-params", default="{}", help="prefix_cache_aware params as JSON")
     ap.add_argument("--seeds", type=int, default=1, help="repeat with this many seeds (policy RNG, arrivals)")
     ap.add_argument("--sync-lag-s", type=float, default=0.05, help="when replicas see each other's routing")
-    ap.add_argument(
-        "--recent-cached-weight", type=float, default=DEFAULT_CACHED_WEIGHT,
-        help="share of a request's cached prompt tokens counted in the recent routed load",
-    )  # fmt: skip
     args = ap.parse_args(argv)
     params = json.loads(args.pca_params)
     print(
@@ -263,7 +259,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         max_requests=sc.max_requests,
                         seed=seed,
                         sync_lag_s=args.sync_lag_s,
-                        recent_cached_weight=args.recent_cached_weight,
                     )
                     print(
                         f"| {name} | {pol} | {n} | {seed} | {r.hit_rate:.1%} | {r.ideal_hit_rate:.1%} "

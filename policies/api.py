@@ -80,10 +80,11 @@ class WorkerView:
         gpu_hit_blocks: leading blocks of this request the index places in the worker's own cache.
         tier_hit_blocks: further leading blocks present in the shared dram/ssd tiers.
         recent_tokens: prompt + completion-budget tokens every gateway replica routed to the worker lately,
-            exponentially decayed (the gateway's ``--recent-half-life-s``), the prompt tokens predicted cached
-            there counted at ``--recent-cached-weight`` (0.25 by default); only requests whose prompt was
+            exponentially decayed (the gateway's ``--recent-half-life-s``); only requests whose prompt was
             tokenized count their prompt. The same figure on every replica (up to the state sync interval).
         recent_requests: requests routed to the worker lately, decayed the same way.
+        recent_cached_tokens: the part of ``recent_tokens`` that was prompt predicted cached on the worker
+            when routed (work the worker did not have to prefill), decayed the same way.
     """
 
     id: WorkerId
@@ -97,6 +98,7 @@ class WorkerView:
     tier_hit_blocks: int = 0
     recent_tokens: float = 0.0
     recent_requests: float = 0.0
+    recent_cached_tokens: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

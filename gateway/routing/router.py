@@ -21,7 +21,6 @@ from gateway.kvindex.index import KVIndex, PrefixHit
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
 from gateway.state.protocols import LoadBoard
-from gateway.state.recent import DEFAULT_CACHED_WEIGHT, routed_tokens
 from gateway.tokenize.analyzer import PromptAnalyzer
 from policies.api import Decision, Need, Observer, Outcome, Policy, RouteRequest, WorkerId, WorkerView
 
@@ -67,8 +66,6 @@ class Router:
         metrics: stage timings.
         clock: monotonic clock for stage timings.
         feedback: joins predicted prefix hits with the cached tokens workers report.
-        recent_cached_weight: share of a request's predicted cached prompt tokens counted in the worker's
-            recent routed load (``gateway.state.recent.routed_tokens``).
     """
 
     def __init__(
@@ -83,10 +80,8 @@ class Router:
         metrics: Metrics,
         clock: Callable[[], float] = time.perf_counter,
         feedback: PrefixFeedback | None = None,
-        recent_cached_weight: float = DEFAULT_CACHED_WEIGHT,
     ) -> None:
         self._feedback = feedback
-        self._cached_weight = recent_cached_weight
         self._fleet = fleet
         self._load = load
         self._policy = policy
@@ -156,6 +151,7 @@ class Router:
                     tier_hit_blocks=hit.tier_blocks,
                     recent_tokens=load.recent_tokens,
                     recent_requests=load.recent_requests,
+                    recent_cached_tokens=load.recent_cached_tokens,
                 )
             )
         return tuple(views)
@@ -192,18 +188,14 @@ class Router:
             self._recorder.record_routed(record.id, req.block_hashes)
         hit_blocks = next(v.gpu_hit_blocks for v in views if v.id == decision.worker)
         hit_tokens = min(hit_blocks * self._block_size, req.num_prompt_tokens)
-        budget = req.max_tokens or 0
-        self._load.add_routed(
-            record.id, routed_tokens(req.num_prompt_tokens, hit_tokens, budget, self._cached_weight)
-        )
+        self._load.add_routed(record.id, req.num_prompt_tokens + (req.max_tokens or 0), hit_tokens)
         best_tokens = min(max(v.gpu_hit_blocks for v in views) * self._block_size, req.num_prompt_tokens)
         prefill = self._fleet.get(decision.prefill_worker) if decision.prefill_worker is not None else None
         if prefill is not None and (not prefill.available or prefill.id == record.id):
             prefill = None  # PD degrades to decode-only, never fails the request
         if prefill is not None:
             hit = next((v.gpu_hit_blocks for v in views if v.id == prefill.id), 0) * self._block_size
-            prefill_tokens = routed_tokens(req.num_prompt_tokens, hit, 0, self._cached_weight)
-            self._load.add_routed(prefill.id, prefill_tokens)
+            self._load.add_routed(prefill.id, req.num_prompt_tokens, min(hit, req.num_prompt_tokens))
         return Routed(
             request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens, prefill=prefill,
             best_hit_tokens=best_tokens,

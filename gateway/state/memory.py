@@ -38,13 +38,13 @@ class MemoryLoadBoard:
     def rank(self) -> int:
         return 0
 
-    def add_routed(self, worker: str, tokens: int) -> None:
-        self._recent.add(worker, tokens)
+    def add_routed(self, worker: str, tokens: int, cached_tokens: int = 0) -> None:
+        self._recent.add(worker, tokens, cached_tokens)
         self._requests.setdefault(worker, 0)
 
     def get(self, worker: str) -> WorkerLoad:
-        tokens, requests = self._recent.value(worker, self._recent.now())
-        return WorkerLoad(self._requests.get(worker, 0), self._tokens.get(worker, 0), tokens, requests)
+        recent = self._recent.value(worker, self._recent.now())
+        return WorkerLoad(self._requests.get(worker, 0), self._tokens.get(worker, 0), *recent)
 
     def snapshot(self) -> Mapping[str, WorkerLoad]:
         return {w: self.get(w) for w in self._requests}

@@ -16,8 +16,8 @@ from typing import Protocol
 class WorkerLoad:
     """In-flight work the gateway(s) sent a worker and have not seen finish, and what they routed lately.
 
-    ``recent_tokens`` / ``recent_requests``: the prompt + completion-budget tokens (and the requests) every
-    replica routed to the worker, predicted cached prompt tokens at their weight (``recent.routed_tokens``),
+    ``recent_tokens`` / ``recent_requests`` / ``recent_cached_tokens``: the prompt + completion-budget tokens
+    (the requests; the prompt tokens predicted cached there) every replica routed to the worker,
     exponentially decayed (``gateway.state.recent``; a replica that leaves
     takes its share with it).
     """
@@ -26,6 +26,7 @@ class WorkerLoad:
     inflight_tokens: int = 0
     recent_tokens: float = 0.0
     recent_requests: float = 0.0
+    recent_cached_tokens: float = 0.0
 
 
 class LoadBoard(Protocol):
@@ -37,7 +38,10 @@ class LoadBoard(Protocol):
 
     def acquire(self, worker: str, tokens: int) -> None: ...
 
-    def add_routed(self, worker: str, tokens: int) -> None: ...
+    def add_routed(self, worker: str, tokens: int, cached_tokens: int = 0) -> None:
+        """Count a request routed to ``worker``: ``tokens`` (prompt + completion budget), ``cached_tokens``
+        of its prompt predicted cached there."""
+        ...
 
     def release(self, worker: str, tokens: int) -> None: ...
 

@@ -18,15 +18,6 @@ from dataclasses import dataclass
 from typing import Final
 
 DEFAULT_HALF_LIFE_S: Final = 30.0
-DEFAULT_CACHED_WEIGHT: Final = 0.25
-
-
-def routed_tokens(prompt_tokens: int, cached_tokens: int, budget: int, cached_weight: float) -> int:
-    """What one routed request adds to its worker's recent load: the prompt, its predicted cached tokens
-    counted at ``cached_weight`` (they cost KV memory and attention, not prefill), and the completion budget.
-    """
-    cached = min(max(0, cached_tokens), prompt_tokens)
-    return max(0, prompt_tokens - round((1.0 - cached_weight) * cached)) + max(0, budget)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +38,10 @@ def decayed(total: float, epoch: float, now: float, half_life_s: float) -> float
 
 
 class RecentSums:
-    """This replica's decayed sums per worker: tokens and requests routed (event-loop confined)."""
+    """This replica's decayed sums per worker: tokens, requests and predicted cached prompt tokens routed
+    (event-loop confined)."""
 
-    __slots__ = ("_clock", "_config", "_requests", "_tokens", "epoch")
+    __slots__ = ("_cached", "_clock", "_config", "_requests", "_tokens", "epoch")
 
     def __init__(self, config: RecentConfig, clock: Callable[[], float] = time.time) -> None:
         self._config = config
@@ -57,6 +49,7 @@ class RecentSums:
         self.epoch = self._epoch_of(clock())
         self._tokens: dict[str, float] = {}
         self._requests: dict[str, float] = {}
+        self._cached: dict[str, float] = {}
 
     @property
     def half_life_s(self) -> float:
@@ -69,18 +62,22 @@ class RecentSums:
         epoch = self._epoch_of(now)
         if epoch > self.epoch:
             keep = math.exp2(-(epoch - self.epoch) / self._config.half_life_s)
-            for sums in (self._tokens, self._requests):
+            for sums in (self._tokens, self._requests, self._cached):
                 for w in sums:
                     sums[w] *= keep
             self.epoch = epoch
 
-    def add(self, worker: str, tokens: int) -> None:
-        """Count one request of ``tokens`` routed to ``worker`` now."""
+    def add(self, worker: str, tokens: int, cached_tokens: int = 0) -> None:
+        """Count one request of ``tokens`` routed to ``worker`` now, ``cached_tokens`` of them predicted
+        cached there."""
         now = self._clock()
         self._rebase(now)
         weight = math.exp2((now - self.epoch) / self._config.half_life_s)
-        self._tokens[worker] = self._tokens.get(worker, 0.0) + max(0, tokens) * weight
+        tokens = max(0, tokens)
+        self._tokens[worker] = self._tokens.get(worker, 0.0) + tokens * weight
         self._requests[worker] = self._requests.get(worker, 0.0) + weight
+        if cached_tokens > 0:
+            self._cached[worker] = self._cached.get(worker, 0.0) + min(cached_tokens, tokens) * weight
 
     def now(self) -> float:
         """The clock, rebasing first (call before ``items`` when publishing)."""
@@ -88,15 +85,16 @@ class RecentSums:
         self._rebase(now)
         return now
 
-    def items(self) -> Iterator[tuple[str, float, float]]:
-        """``(worker, tokens sum, requests sum)`` relative to ``epoch``."""
+    def items(self) -> Iterator[tuple[str, float, float, float]]:
+        """``(worker, tokens sum, requests sum, cached tokens sum)`` relative to ``epoch``."""
         for w, tokens in self._tokens.items():
-            yield w, tokens, self._requests.get(w, 0.0)
+            yield w, tokens, self._requests.get(w, 0.0), self._cached.get(w, 0.0)
 
-    def value(self, worker: str, now: float) -> tuple[float, float]:
-        """Decayed (tokens, requests) of ``worker`` at ``now``."""
-        h = self._config.half_life_s
+    def value(self, worker: str, now: float) -> tuple[float, float, float]:
+        """Decayed (tokens, requests, cached tokens) of ``worker`` at ``now``."""
+        keep = math.exp2(-(now - self.epoch) / self._config.half_life_s)
         return (
-            decayed(self._tokens.get(worker, 0.0), self.epoch, now, h),
-            decayed(self._requests.get(worker, 0.0), self.epoch, now, h),
+            self._tokens.get(worker, 0.0) * keep,
+            self._requests.get(worker, 0.0) * keep,
+            self._cached.get(worker, 0.0) * keep,
         )

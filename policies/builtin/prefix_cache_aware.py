@@ -14,11 +14,11 @@ What it does:
     and ``tier`` the tokens it would pull from the shared dram/ssd tier. ``recent`` is the worker's share of
     recently routed tokens (``recent_tokens``: what every gateway replica routed to it, exponentially decayed
     with the gateway's ``--recent-half-life-s``, kept in the shared state so every replica balances the same
-    fleet-wide figures; prompt tokens predicted cached on it count at ``--recent-cached-weight``, 0.25, as
-    they cost KV memory and attention but no prefill) and ``mean_request`` the mean recent request (prompt +
-    completion budget). Dividing by ``prefill_tokens_per_s`` gives seconds (shown in the reason). The
-    cheapest worker wins, so a warm worker is preferred exactly as long as its extra queue and load cost
-    less than the prefill it saves.
+    fleet-wide figures), prompt tokens that were predicted cached on it counted at ``cached_load_weight``
+    (they cost KV memory and attention but no prefill), and ``mean_request`` the mean recent request
+    (prompt + completion budget, every token counted). Dividing by ``prefill_tokens_per_s`` gives seconds
+    (shown in the reason). The cheapest worker wins, so a warm worker is preferred exactly as long as its
+    extra queue and load cost less than the prefill it saves.
     Sticky traffic (sessions, prefix groups: every later request follows its cache) is kept even by the
     balance term, which sends new sessions and cold prefixes, which save nothing anywhere, to the workers
     that received least lately, and by a bounded-load rule: a worker whose recent load is already above
@@ -50,6 +50,10 @@ Parameters:
         each) does not break sessions over one request of difference (default 4.0).
     overload_weight: mean requests charged per 10% of the fleet mean that a worker's recent load is above
         the line; 0 turns the overload cost off (default 1.0).
+    cached_load_weight: share of a full token that a routed prompt token predicted cached on the worker
+        counts in its recent load; 1 balances routed tokens, 0 only the work (uncached prefill + completion
+        budget). Below 1, a worker holding deep sessions whose prompts are mostly cached is not taken for
+        overloaded, so the bound stops spilling them (default 0.25).
     near_tie_requests: draw at random among the workers within this many mean requests of the cheapest
         that hold as much of the prompt. Several gateway replicas see each other's routing only after the
         shared state's sync interval, so requests reaching different replicas in the same instant would
@@ -72,7 +76,7 @@ Example config:
 Limitations:
     The estimate is only as good as the index's hits and the load figures; in-flight tokens count
     completion tokens as if they were prefill work. Predicted hits of requests still in flight are
-    credited as if already cached. Routed load weighs a cached prompt token at a fixed share of a computed
+    credited as if already cached. Recent load weighs a cached prompt token at a fixed share of a computed
     one, whatever the engine's real attention and memory cost. Other replicas' routed tokens arrive with
     the state's sync interval (50 ms with Redis).
 """
@@ -112,6 +116,7 @@ class CacheCostParams:
     load_bound: float = 1.15
     bound_slack_prompts: float = 4.0
     overload_weight: float = 1.0
+    cached_load_weight: float = 0.25
     near_tie_requests: float | None = None
     replica_home_requests: float | None = None
 
@@ -122,8 +127,8 @@ class CacheCostParams:
             raise ValueError("tier_pull_cost must be in [0, 1]")
         if self.queued_request_tokens < 0 or self.hotspot_min_tokens < 0:
             raise ValueError("queued_request_tokens and hotspot_min_tokens must be >= 0")
-        if not 0.0 <= self.inflight_weight <= 1.0:
-            raise ValueError("inflight_weight must be in [0, 1]")
+        if not 0.0 <= self.inflight_weight <= 1.0 or not 0.0 <= self.cached_load_weight <= 1.0:
+            raise ValueError("inflight_weight and cached_load_weight must be in [0, 1]")
         if min(self.hotspot_margin, self.balance_weight, self.bound_slack_prompts, self.overload_weight,
                self.near_tie_requests or 0.0, self.replica_home_requests or 0.0) < 0:  # fmt: skip
             raise ValueError("margins, weights and slack must be >= 0")
@@ -133,17 +138,20 @@ class CacheCostParams:
 
 @dataclass(frozen=True, slots=True)
 class Recent:
-    """Recent routed tokens of a pool, in pool order, and the mean recent request (prompt + budget)."""
+    """Recent routed load of a pool, in pool order, and the mean recent request (prompt + budget)."""
 
     load: Sequence[float]
     mean_request: float
 
     @classmethod
-    def of(cls, pool: Sequence[WorkerView]) -> Recent:
-        """From the views' shared decayed figures (``recent_tokens`` / ``recent_requests``)."""
-        load = [w.recent_tokens for w in pool]
+    def of(cls, pool: Sequence[WorkerView], cached_weight: float = 1.0) -> Recent:
+        """From the views' shared decayed figures: each worker's ``recent_tokens`` with the predicted cached
+        part (``recent_cached_tokens``) counted at ``cached_weight``; the mean request counts every token, so
+        the balance costs keep the scale of a real request whatever the weight."""
+        off = 1.0 - cached_weight
+        load = [w.recent_tokens - off * min(w.recent_cached_tokens, w.recent_tokens) for w in pool]
         requests = sum(w.recent_requests for w in pool)
-        return cls(load, sum(load) / requests if requests > 0 else 0.0)
+        return cls(load, sum(w.recent_tokens for w in pool) / requests if requests > 0 else 0.0)
 
 
 def _balance(recent: Recent, p: CacheCostParams) -> list[float]:
@@ -251,7 +259,7 @@ class PrefixCacheAware:
         pool = candidates(workers, self._roles)
         if not pool:
             return Decision(worker=None, reason="no healthy serving worker")
-        recent = Recent.of(pool)
+        recent = Recent.of(pool, self._p.cached_load_weight)
         costs = ttft_costs(req, pool, self._p, self._block_size, recent)
         unit = recent.mean_request
         replicas = self._replicas()

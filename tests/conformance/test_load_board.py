@@ -65,7 +65,7 @@ def test_snapshot_is_a_copy(board: LoadBoard) -> None:
 
 
 def test_routed_work_shows_as_recent_load(board: LoadBoard) -> None:
-    board.add_routed("a", 100)
+    board.add_routed("a", 100, cached_tokens=80)
     board.acquire("a", 10)
     board.release("a", 10)
     board.add_routed("a", 50)
@@ -74,5 +74,6 @@ def test_routed_work_shows_as_recent_load(board: LoadBoard) -> None:
     assert (load.inflight_requests, load.inflight_tokens) == (0, 0)
     assert load.recent_tokens == pytest.approx(150, rel=0.01)  # a 30 s half-life: ~no decay within a test
     assert load.recent_requests == pytest.approx(3, rel=0.01)
+    assert load.recent_cached_tokens == pytest.approx(80, rel=0.01)
     assert board.snapshot()["a"].recent_tokens == pytest.approx(150, rel=0.01)
     assert board.get("nobody").recent_tokens == 0.0

@@ -96,6 +96,7 @@ def test_ties_are_broken_by_the_seed_not_the_order() -> None:
         {"hotspot_margin": -1},
         {"balance_weight": -1},
         {"inflight_weight": 2.0},
+        {"cached_load_weight": 1.5},
         {"load_bound": 0.9},
         {"bound_slack_prompts": -1},
         {"overload_weight": -1},
@@ -108,6 +109,7 @@ def test_ties_are_broken_by_the_seed_not_the_order() -> None:
         "negative_margin",
         "negative_balance",
         "inflight_weight_above_one",
+        "cached_load_weight_above_one",
         "bound_below_one",
         "negative_slack",
         "negative_overload_weight",
@@ -155,6 +157,18 @@ def test_a_worker_past_the_load_bound_pays_for_it_and_its_cheap_hits_spill() -> 
     ctx = PolicyContext(rng=random.Random(0), block_size=BS)
     spec = {"type": "prefix_cache_aware", "params": {"balance_weight": 0.0}}
     assert build_policy(spec, ctx).select(big, deep).worker == "a"
+
+
+def test_a_worker_whose_recent_load_is_mostly_cached_prompt_is_not_taken_for_overloaded() -> None:
+    # "a" received 1.42x the mean in tokens, but 150k of its 180k were prompts it already held (deep
+    # sessions): counted at 0.25, its work is 67.5k, under the mean, so its session stays on its cache.
+    fleet = [
+        worker("a", recent_tokens=180_000, recent_requests=180, recent_cached_tokens=150_000, gpu_hit_blocks=63),
+        worker("b", recent_tokens=100_000, recent_requests=100),
+        worker("c", recent_tokens=100_000, recent_requests=100),
+    ]
+    assert _pick(fleet, balance_weight=0.0) == "a"
+    assert _pick(fleet, balance_weight=0.0, cached_load_weight=1.0) in {"b", "c"}  # routed tokens: it spills
 
 
 def test_the_bound_leaves_a_young_fleet_room() -> None:
@@ -227,6 +241,17 @@ def test_recent_is_read_from_the_views() -> None:
     recent = Recent.of(_recent({"a": 3000, "b": 1000}, mean_request=500))
     assert list(recent.load) == [3000, 1000] and recent.mean_request == pytest.approx(500)
     assert Recent.of([worker("a"), worker("b")]).mean_request == 0.0  # nothing routed yet: no term
+
+
+def test_recent_counts_cached_prompt_tokens_at_their_weight_and_the_mean_request_in_full() -> None:
+    fleet = [
+        worker("a", recent_tokens=3000, recent_requests=2, recent_cached_tokens=2000),
+        worker("b", recent_tokens=1000, recent_requests=2, recent_cached_tokens=5000),  # clamped to 1000
+    ]
+    recent = Recent.of(fleet, cached_weight=0.25)
+    assert list(recent.load) == pytest.approx([3000 - 1500, 1000 - 750])
+    assert recent.mean_request == pytest.approx(1000)  # every routed token: a request keeps its real size
+    assert list(Recent.of(fleet).load) == [3000, 1000]  # weight 1: routed tokens
 
 
 def test_balance_costs_are_zero_for_the_least_loaded_and_grow_with_the_excess() -> None:

@@ -90,10 +90,6 @@ def test_settings_from_args_and_validation(tmp_path: object) -> None:
         from_args(_args("--worker", "http://a:1", "--idle-timeout-s", "0"))
     with pytest.raises(ConfigError, match="--state"):
         from_args(_args("--worker", "http://a:1", "--state", "postgres://x"))
-    assert settings.recent_cached_weight == 0.25
-    assert from_args(_args("--worker", "http://a:1", "--recent-cached-weight", "1")).recent_cached_weight == 1
-    with pytest.raises(ConfigError, match=r"recent-cached-weight must be in \[0, 1\]"):
-        from_args(_args("--worker", "http://a:1", "--recent-cached-weight", "1.5"))
 
 
 def test_policy_config_file(tmp_path: pytest.TempPathFactory) -> None:

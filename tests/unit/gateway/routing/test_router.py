@@ -98,11 +98,9 @@ def _fleet(*models: str) -> Fleet:
     return fleet
 
 
-def _router(
-    policy: FakePolicy, fleet: Fleet, analyzer: FakeAnalyzer, index: FakeIndex, cached_weight: float = 0.25
-) -> Router:
+def _router(policy: FakePolicy, fleet: Fleet, analyzer: FakeAnalyzer, index: FakeIndex) -> Router:
     return Router(fleet=fleet, load=MemoryLoadBoard(), policy=policy, analyzer=cast(PromptAnalyzer, analyzer), kv_index=index,
-                  block_size=16, metrics=Metrics(), recent_cached_weight=cached_weight)  # fmt: skip
+                  block_size=16, metrics=Metrics())  # fmt: skip
 
 
 def _parsed() -> Any:
@@ -136,26 +134,16 @@ def test_routed_work_is_counted_per_worker_and_shown_to_the_policy() -> None:
     analyzer, index = FakeAnalyzer(), FakeIndex(hits={"w1": PrefixHit(gpu_blocks=2)})
     policy = FakePolicy(needs=frozenset({Need.BLOCK_HASHES, Need.PREFIX_HITS}))
     router = _router(policy, _fleet("m", "m"), analyzer, index)
-    # 40 prompt tokens, 32 of them predicted cached on w1 (counted at 0.25: 8 + 8), + max_tokens 7
-    router.route(router.prepare(_parsed(), {}))
+    router.route(router.prepare(_parsed(), {}))  # 40 prompt tokens (32 predicted cached on w1) + max_tokens 7
     router.route(router.prepare(_parsed(), {}))
     _, views = policy.seen[-1]
-    recent = {v.id: (round(v.recent_tokens), round(v.recent_requests)) for v in views}
-    assert recent == {"w0": (0, 0), "w1": (23, 1)}  # the first request, seen by the second
+    recent = {v.id: (round(v.recent_tokens), round(v.recent_requests), round(v.recent_cached_tokens)) for v in views}
+    assert recent == {"w0": (0, 0, 0), "w1": (47, 1, 32)}  # the first request, seen by the second
     explained = router.explain(router.prepare(_parsed(), {}))
-    assert round(next(v.recent_tokens for v in explained.views if v.id == "w1")) == 46  # explain adds nothing
+    w1 = next(v for v in explained.views if v.id == "w1")
+    assert (round(w1.recent_tokens), round(w1.recent_cached_tokens)) == (94, 64)  # explain adds nothing
     again = router.explain(router.prepare(_parsed(), {}))
-    assert round(next(v.recent_tokens for v in again.views if v.id == "w1")) == 46
-
-
-@pytest.mark.parametrize(("weight", "tokens"), [(1.0, 47), (0.0, 15), (0.5, 31)])
-def test_predicted_cached_tokens_count_at_the_configured_weight(weight: float, tokens: int) -> None:
-    analyzer, index = FakeAnalyzer(), FakeIndex(hits={"w1": PrefixHit(gpu_blocks=2)})
-    policy = FakePolicy(needs=frozenset({Need.BLOCK_HASHES, Need.PREFIX_HITS}))
-    router = _router(policy, _fleet("m", "m"), analyzer, index, cached_weight=weight)
-    router.route(router.prepare(_parsed(), {}))
-    views = router.explain(router.prepare(_parsed(), {})).views
-    assert {v.id: round(v.recent_tokens) for v in views} == {"w0": 0, "w1": tokens}
+    assert round(next(v.recent_tokens for v in again.views if v.id == "w1")) == 94
 
 
 @dataclass
@@ -173,8 +161,11 @@ def test_a_pd_prefill_worker_counts_the_prompt_with_its_own_predicted_hit() -> N
     routed = router.route(router.prepare(_parsed(), {}))
     assert routed.prefill is not None and routed.prefill.id == "w0"
     views = router.explain(router.prepare(_parsed(), {})).views
-    # w0: 40 prompt tokens, 16 of them cached there (at 0.25), no decode; w1: the prompt + max_tokens 7
-    assert {v.id: round(v.recent_tokens) for v in views} == {"w0": 28, "w1": 47}
+    # w0: the 40 prompt tokens, 16 of them predicted cached there, no decode; w1: the prompt + max_tokens 7
+    assert {v.id: (round(v.recent_tokens), round(v.recent_cached_tokens)) for v in views} == {
+        "w0": (40, 16),
+        "w1": (47, 0),
+    }
 
 
 def test_a_stale_queue_probe_stops_counting_requests_seen_finishing_since() -> None:

@@ -45,13 +45,15 @@ async def test_replicas_see_the_same_recent_routed_load(redis_url: str) -> None:
         open_redis_state(redis_url, config=FAST) as one,
         open_redis_state(redis_url, config=FAST) as two,
     ):
-        one.load.add_routed("w1", 1000)
-        two.load.add_routed("w1", 24)
+        one.load.add_routed("w1", 1000, cached_tokens=900)
+        two.load.add_routed("w1", 24, cached_tokens=16)
         two.load.add_routed("w2", 7)
         near = lambda x: pytest.approx(x, rel=0.01)  # noqa: E731 - 30 s half-life, a test takes < 1 s
         await eventually(lambda: one.load.get("w1").recent_tokens == near(1024))
         await eventually(lambda: two.load.get("w1").recent_tokens == near(1024))
         assert two.load.get("w1").recent_requests == near(2)
+        await eventually(lambda: two.load.get("w1").recent_cached_tokens == near(916))
+        await eventually(lambda: one.load.get("w1").recent_cached_tokens == near(916))
         await eventually(lambda: one.load.snapshot()["w2"].recent_tokens == near(7))
 
 
