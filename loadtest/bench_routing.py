@@ -13,9 +13,12 @@ Per case: fleet cache hit rate (``cached_tokens`` / prompt tokens), the ideal hi
 of the same request sequence through ONE cache of the fleet's capacity (``loadtest.ideal_cache``), TTFT
 p50/p99 and its queue + prefill part on the worker (``worker_ttfts``: what routing decides, apart from the
 HTTP and process time around it), load imbalance (max/mean over the 8 workers of prompt tokens served,
-and of prefill work, i.e. uncached tokens) and the gateways' CPU share. Rates are kept modest: gateway,
-workers and driver share this machine's two cores. Each case's requests are written to ``OUT/records/``
-(JSON lines). The same scenarios replay offline, in seconds, through ``python -m loadtest.route_sim``.
+and of prefill work, i.e. uncached tokens), the gateways' CPU share and their mean upstream TTFT (from
+sending a request to a worker to its first chunk, read from the gateways' ``/metrics``: the worker's real
+time to first token, without the client-side half that this rig's shared cores make noisy). Rates are
+kept modest: gateway, workers and driver share this machine's two cores. Each case's requests are written
+to ``OUT/records/`` (JSON lines). The same scenarios replay offline, in seconds, through
+``python -m loadtest.route_sim``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import httpx
 
 from gateway.tokenize.analyzer import Endpoint
 from gateway.tokenize.bundle import byte_bundle
@@ -75,6 +80,7 @@ class CaseResult:
     gateway_cpu_s: float
     prefill_imbalance: float
     imbalance: float
+    upstream_ttft_mean_s: float = float("nan")
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -114,6 +120,21 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from ``/proc/<pid>/stat``."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def upstream_ttft_mean(metrics_pages: Sequence[str]) -> float:
+    """The gateways' mean time from sending a request upstream to its first streamed chunk
+    (``kvgate_ttfb_seconds`` over every route and gateway): the worker's own time to first token plus
+    loopback, without the client's and the gateway's front half, which on this rig swing by several ms
+    between runs. nan when no request was streamed."""
+    total = count = 0.0
+    for page in metrics_pages:
+        for line in page.splitlines():
+            if line.startswith("kvgate_ttfb_seconds_sum"):
+                total += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("kvgate_ttfb_seconds_count"):
+                count += float(line.rsplit(" ", 1)[1])
+    return total / count if count else float("nan")
 
 
 def sent_in_order(sessions: Sequence[Session], records: Sequence[RequestRecord]) -> list[PromptBlocks]:
@@ -191,6 +212,9 @@ def run_case(
     )
     with launch(spec) as fleet:
         run, cpu = _drive(fleet, scenario, sessions)
+        upstream = upstream_ttft_mean(
+            [httpx.get(u + "/metrics", timeout=5.0).text for u in fleet.gateway_urls]
+        )
     recs = run.records
     dump = out / "records" / f"{scenario.name}-{case.policy}-{case.gateways}.jsonl"
     dump.parent.mkdir(parents=True, exist_ok=True)
@@ -205,6 +229,7 @@ def run_case(
         gateway_cpu_s=cpu,
         prefill_imbalance=imbalance(recs, NUM_WORKERS, lambda r: max(0, r.prompt_tokens - r.cached_tokens)),
         imbalance=imbalance(recs, NUM_WORKERS, lambda r: r.prompt_tokens),
+        upstream_ttft_mean_s=upstream,
     )
 
 
@@ -237,9 +262,9 @@ def table(results: Sequence[CaseResult]) -> str:
     head = (
         "| policy | gateways | requests | failed | req/s | hit rate | ideal | hit/ideal | TTFT p50 ms "
         "| TTFT p99 ms | p50 rr/this | queue+prefill p50 ms | imbalance | prefill imbalance | predicted hit "
-        "| gateway CPU % |"
+        "| gateway CPU % | upstream TTFT mean ms |"
     )
-    lines = [head, "|" + "---|" * 16]
+    lines = [head, "|" + "---|" * 17]
     queue_prefill_p50 = {r.case.name: percentile(worker_ttfts(r.run.records), 50) for r in results}
     for r in results:
         s = summarize(r.run)
@@ -250,7 +275,8 @@ def table(results: Sequence[CaseResult]) -> str:
             f"| {s.hit_rate:.1%} | {r.ideal_hit_rate:.1%} | {s.hit_rate / r.ideal_hit_rate:.2f} "
             f"| {s.ttft_p50 * 1e3:.1f} | {s.ttft_p99 * 1e3:.1f} | {speed} "
             f"| {queue_prefill_p50[r.case.name] * 1e3:.1f} | {r.imbalance:.2f} "
-            f"| {r.prefill_imbalance:.2f} | {predicted(r.run.records):.1%} | {cpu:.0f} |"
+            f"| {r.prefill_imbalance:.2f} | {predicted(r.run.records):.1%} | {cpu:.0f} "
+            f"| {r.upstream_ttft_mean_s * 1e3:.1f} |"
         )
     x4 = by.get(CASES["pca_x4"].name)
     if one and x4:

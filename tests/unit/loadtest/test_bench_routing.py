@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ from gateway.kvcontract.hashing import chain_hashes, root_hash
 from gateway.tokenize.analyzer import Endpoint
 from gateway.tokenize.bundle import byte_bundle
 from gateway.tokenize.prompt import TokenizingAnalyzer
-from loadtest.bench_routing import imbalance, sent_in_order, worker_ttfts
+from loadtest.bench_routing import imbalance, sent_in_order, upstream_ttft_mean, worker_ttfts
 from loadtest.driver import RequestRecord
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
 from loadtest.workloads import Session, WorkRequest
@@ -107,3 +109,18 @@ def test_worker_ttfts_queue_each_workers_uncached_prefill_in_send_order() -> Non
         RequestRecord("s4", 0.06, prompt_tokens=2000, worker="w2", error="boom"),  # failed: not served
     ]
     assert worker_ttfts(recs, prefill_tps=20_000) == pytest.approx([0.1, 0.1, 0.1])
+
+
+def test_upstream_ttft_mean_pools_every_route_of_every_gateway() -> None:
+    one = (
+        "# HELP kvgate_ttfb_seconds Time to first upstream byte\n"
+        'kvgate_ttfb_seconds_bucket{route="completions",le="0.01"} 2.0\n'
+        'kvgate_ttfb_seconds_count{route="completions"} 3.0\n'
+        'kvgate_ttfb_seconds_sum{route="completions"} 0.06\n'
+        'kvgate_ttfb_seconds_count{route="chat"} 1.0\n'
+        'kvgate_ttfb_seconds_sum{route="chat"} 0.02\n'
+        'kvgate_stage_seconds_sum{stage="policy"} 9.0\n'
+    )
+    two = 'kvgate_ttfb_seconds_count{route="completions"} 4.0\nkvgate_ttfb_seconds_sum{route="completions"} 0.12\n'
+    assert upstream_ttft_mean([one, two]) == pytest.approx((0.06 + 0.02 + 0.12) / 8)
+    assert math.isnan(upstream_ttft_mean(["kvgate_ttfb_seconds_count 0.0\n", ""]))
