@@ -18,8 +18,7 @@ class WorkerLoad:
 
     ``recent_tokens`` / ``recent_requests`` / ``recent_cached_tokens``: the prompt + completion-budget tokens
     (the requests; the prompt tokens predicted cached there) every replica routed to the worker,
-    exponentially decayed (``gateway.state.recent``; a replica that leaves
-    takes its share with it).
+    exponentially decayed (``gateway.state.recent``; a replica that leaves takes its share with it).
     """
 
     inflight_requests: int = 0
