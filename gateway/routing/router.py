@@ -187,19 +187,23 @@ class Router:
         if self._recorder is not None and req.block_hashes:
             self._recorder.record_routed(record.id, req.block_hashes)
         hit_blocks = next(v.gpu_hit_blocks for v in views if v.id == decision.worker)
-        hit_tokens = min(hit_blocks * self._block_size, req.num_prompt_tokens)
+        hit_tokens = self._cached_tokens(req, hit_blocks)
         self._load.add_routed(record.id, req.num_prompt_tokens + (req.max_tokens or 0), hit_tokens)
-        best_tokens = min(max(v.gpu_hit_blocks for v in views) * self._block_size, req.num_prompt_tokens)
+        best_tokens = self._cached_tokens(req, max(v.gpu_hit_blocks for v in views))
         prefill = self._fleet.get(decision.prefill_worker) if decision.prefill_worker is not None else None
         if prefill is not None and (not prefill.available or prefill.id == record.id):
             prefill = None  # PD degrades to decode-only, never fails the request
         if prefill is not None:
-            hit = next((v.gpu_hit_blocks for v in views if v.id == prefill.id), 0) * self._block_size
-            self._load.add_routed(prefill.id, req.num_prompt_tokens, min(hit, req.num_prompt_tokens))
+            hit = self._cached_tokens(req, next((v.gpu_hit_blocks for v in views if v.id == prefill.id), 0))
+            self._load.add_routed(prefill.id, req.num_prompt_tokens, hit)
         return Routed(
             request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens, prefill=prefill,
             best_hit_tokens=best_tokens,
         )  # fmt: skip
+
+    def _cached_tokens(self, req: RouteRequest, hit_blocks: int) -> int:
+        """Prompt tokens covered by ``hit_blocks`` leading cached blocks (at most the whole prompt)."""
+        return min(hit_blocks * self._block_size, req.num_prompt_tokens)
 
     def explain(self, req: RouteRequest) -> Explanation:
         """The decision the policy would make now, with the snapshot; nothing is recorded."""
