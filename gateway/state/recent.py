@@ -92,7 +92,7 @@ class RecentSums:
 
     def value(self, worker: str, now: float) -> tuple[float, float, float]:
         """Decayed (tokens, requests, cached tokens) of ``worker`` at ``now``."""
-        keep = math.exp2(-(now - self.epoch) / self._config.half_life_s)
+        keep = decayed(1.0, self.epoch, now, self._config.half_life_s)
         return (
             self._tokens.get(worker, 0.0) * keep,
             self._requests.get(worker, 0.0) * keep,
