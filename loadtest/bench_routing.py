@@ -32,7 +32,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
@@ -104,9 +104,12 @@ def _shared_prefix(quick: bool) -> list[Session]:
     return sessions
 
 
+#: How the trace is replayed: 10× speed, lengths ÷32 (one 512-token trace block = one 16-token KV block).
+TRACE_OPTIONS = TraceOptions(speedup=10.0, scale=32, max_output_tokens=16)
+
+
 def _trace(quick: bool) -> list[Session]:
-    opts = TraceOptions(speedup=10.0, scale=32, max_output_tokens=16, limit=400 if quick else 1000)
-    return trace_sessions(TRACE, opts)
+    return trace_sessions(TRACE, replace(TRACE_OPTIONS, limit=400 if quick else 1000))
 
 
 SCENARIOS = {

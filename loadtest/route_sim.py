@@ -13,7 +13,10 @@ What is not: the index's event lag, network and CPU time. Hits are what the chos
 the request arrives (the gateway's predictions make it see the same; other replicas see a new prefix only
 once its events arrive, which this optimistically leaves out).
 
-Run: ``python -m loadtest.route_sim [--scenarios ...] [--replicas 1,4] [--pca-params JSON]``.
+Run: ``python -m loadtest.route_sim [--scenarios ...] [--replicas 1,4] [--pca-params JSON] [--seeds N]
+[--trace-stride 1400]``. With ``--trace-stride``, seed k replays a different stretch of the trace: one stretch
+is a single sample, and its hit rate swings by several points on a small change of policy (one gateway
+routes it deterministically).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from gateway.tokenize.bundle import byte_bundle
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
 from loadtest.workloads import Session
 from policies.api import Observer, Policy, PolicyContext, RouteRequest, WorkerId, WorkerView
+from policies.placement import Placement, placement_of
 from policies.registry import build_policy
 from workers.engine.block_manager import BlockManager
 
@@ -123,7 +127,9 @@ def replay(
     ids = [WorkerId(f"w{i}") for i in range(fleet.workers)]
     # the gateway's own recent-load accounting, on simulated time
     boards = [MemoryLoadBoard(RecentConfig(recent_half_life_s), clock=clock) for _ in range(replicas)]
-    late: list[tuple[float, int, WorkerId, int, int]] = []  # (visible at, replica, worker, tokens, cached)
+    # (visible at, replica, sequence number, worker, tokens, cached, placement); the sequence keeps the heap
+    # from comparing placements
+    late: list[tuple[float, int, int, WorkerId, int, int, Placement]] = []
     bundle = byte_bundle()
     result = SimResult(per_worker=[0] * fleet.workers, prefill_per_worker=[0] * fleet.workers)
     sent: list[PromptBlocks] = []
@@ -140,8 +146,8 @@ def replay(
         budget -= 1
         ri = zlib.crc32(session.id.encode()) % replicas
         while late and late[0][0] <= at:
-            _, other, wid, tokens, cached = heapq.heappop(late)
-            boards[other].add_routed(wid, tokens, cached)
+            _, other, _, wid, tokens, cached, how = heapq.heappop(late)
+            boards[other].add_routed(wid, tokens, cached, how)
         board = boards[ri]
         views = []
         for wid, w in zip(ids, workers, strict=True):
@@ -158,6 +164,8 @@ def replay(
                     recent_tokens=load.recent_tokens,
                     recent_requests=load.recent_requests,
                     recent_cached_tokens=load.recent_cached_tokens,
+                    recent_streams=load.recent_streams,
+                    recent_follow_ups=load.recent_follow_ups,
                 )
             )
         rreq = RouteRequest(
@@ -190,10 +198,12 @@ def replay(
         end = first + blocks.output_tokens / fleet.decode_tps
         w.inflight.append((at + sync_lag_s, end, uncached + blocks.output_tokens, ri))
         routed = blocks.num_tokens + blocks.output_tokens
-        board.add_routed(decision.worker, routed, hit_tokens)
+        placement = placement_of(views, decision.worker)
+        board.add_routed(decision.worker, routed, hit_tokens, placement)
         for other in range(replicas):
             if other != ri:
-                heapq.heappush(late, (at + sync_lag_s, other, decision.worker, routed, hit_tokens))
+                shared = (at + sync_lag_s, other, seq, decision.worker, routed, hit_tokens, placement)
+                heapq.heappush(late, shared)
         result.requests += 1
         result.prompt_tokens += blocks.num_tokens
         result.hit_tokens += hit_tokens
@@ -219,8 +229,29 @@ def poisson_arrivals(n: int, rate: float, seed: int = 0) -> list[float]:
     return out
 
 
+def window(sessions: Sequence[Session], start: int, count: int) -> tuple[list[Session], list[float]]:
+    """``count`` open-loop sessions from index ``start``, with their arrivals rebased to the first one's."""
+    part = list(sessions[start : start + count])
+    t0 = (part[0].arrival_s or 0.0) if part else 0.0
+    return part, [(s.arrival_s or 0.0) - t0 for s in part]
+
+
+def mean_row(results: Sequence[SimResult]) -> tuple[float, float, float, float, float, float]:
+    """Means over seeds: hit/ideal, TTFT p50 and p99 (ms), imbalance, prefill imbalance, worst imbalance."""
+    n = len(results)
+    return (
+        sum(r.hit_rate / r.ideal_hit_rate for r in results) / n,
+        sum(r.ttft_p(0.5) for r in results) * 1e3 / n,
+        sum(r.ttft_p(0.99) for r in results) * 1e3 / n,
+        sum(r.imbalance for r in results) / n,
+        sum(r.prefill_imbalance for r in results) / n,
+        max(r.imbalance for r in results),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    from loadtest.bench_routing import SCENARIOS
+    from loadtest.bench_routing import SCENARIOS, TRACE, TRACE_OPTIONS
+    from loadtest.trace import trace_sessions
 
     ap = argparse.ArgumentParser(prog="python -m loadtest.route_sim", description=__doc__.split("\n")[0])
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
@@ -229,6 +260,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pca-params", default="{}", help="prefix_cache_aware params as JSON")
     ap.add_argument("--seeds", type=int, default=1, help="repeat with this many seeds (policy RNG, arrivals)")
     ap.add_argument("--sync-lag-s", type=float, default=0.05, help="when replicas see each other's routing")
+    ap.add_argument(
+        "--trace-stride",
+        type=int,
+        default=0,
+        help="seed k replays the trace from record k × this (0: every seed replays its first records)",
+    )
     args = ap.parse_args(argv)
     params = json.loads(args.pca_params)
     print(
@@ -236,14 +273,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "| imbalance | prefill imb |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    means = []
     for name in args.scenarios.split(","):
         sc = SCENARIOS[name]
-        sessions = sc.sessions(False)
+        strided = name == "trace" and args.trace_stride > 0
+        sessions = trace_sessions(TRACE, TRACE_OPTIONS) if strided else sc.sessions(False)
+        by_case: dict[tuple[str, int], list[SimResult]] = {}
         for seed in range(args.seeds):
-            if sc.rate is not None:
-                arrivals = poisson_arrivals(len(sessions), sc.rate, seed)
+            if strided:
+                seed_sessions, arrivals = window(sessions, seed * args.trace_stride, sc.max_requests)
+            elif sc.rate is not None:
+                seed_sessions, arrivals = sessions, poisson_arrivals(len(sessions), sc.rate, seed)
             else:
-                arrivals = [float(s.arrival_s or 0.0) for s in sessions]
+                seed_sessions, arrivals = sessions, [float(s.arrival_s or 0.0) for s in sessions]
             for pol in args.policies.split(","):
                 spec: dict[str, object] = {"type": pol}
                 if pol == "prefix_cache_aware" and params:
@@ -252,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if n > 1 and pol != "prefix_cache_aware":
                         continue
                     r = replay(
-                        sessions,
+                        seed_sessions,
                         arrivals,
                         spec,
                         replicas=n,
@@ -260,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         seed=seed,
                         sync_lag_s=args.sync_lag_s,
                     )
+                    by_case.setdefault((pol, n), []).append(r)
                     print(
                         f"| {name} | {pol} | {n} | {seed} | {r.hit_rate:.1%} | {r.ideal_hit_rate:.1%} "
                         f"| {r.hit_rate / r.ideal_hit_rate:.2f} | {r.ttft_p(0.5) * 1e3:.1f} "
@@ -267,6 +310,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"| {r.imbalance:.2f} | {r.prefill_imbalance:.2f} |",
                         flush=True,
                     )
+        means += [(name, pol, n, mean_row(rs)) for (pol, n), rs in by_case.items()]
+    if args.seeds > 1:
+        print(f"\nMeans over {args.seeds} seeds (worst imbalance last):\n")
+        print(
+            "| scenario | policy | replicas | hit/ideal | TTFT p50 ms | p99 ms | imbalance | prefill imb ",
+            end="",
+        )
+        print("| worst |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, pol, n, m in means:
+            print(
+                f"| {name} | {pol} | {n} | {m[0]:.3f} | {m[1]:.2f} | {m[2]:.1f} | {m[3]:.3f} | {m[4]:.3f} "
+                f"| {m[5]:.2f} |"
+            )
     return 0
 
 

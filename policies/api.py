@@ -85,6 +85,10 @@ class WorkerView:
         recent_requests: requests routed to the worker lately, decayed the same way.
         recent_cached_tokens: the part of ``recent_tokens`` that was prompt predicted cached on the worker
             when routed (work the worker did not have to prefill), decayed the same way.
+        recent_streams: requests placed on the worker lately that no candidate held materially more of
+            (new sessions, cold prefixes, one-offs: ``policies.placement``), decayed the same way.
+        recent_follow_ups: requests sent to the worker lately because it held more of their prompt than the
+            least-holding candidate, decayed the same way.
     """
 
     id: WorkerId
@@ -99,6 +103,8 @@ class WorkerView:
     recent_tokens: float = 0.0
     recent_requests: float = 0.0
     recent_cached_tokens: float = 0.0
+    recent_streams: float = 0.0
+    recent_follow_ups: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from gateway.openai.schema import ParsedRequest
 from gateway.state.protocols import LoadBoard
 from gateway.tokenize.analyzer import PromptAnalyzer
 from policies.api import Decision, Need, Observer, Outcome, Policy, RouteRequest, WorkerId, WorkerView
+from policies.placement import Placement, placement_of
 
 logger = logging.getLogger(__name__)
 _NO_HIT = PrefixHit()
@@ -152,6 +153,8 @@ class Router:
                     recent_tokens=load.recent_tokens,
                     recent_requests=load.recent_requests,
                     recent_cached_tokens=load.recent_cached_tokens,
+                    recent_streams=load.recent_streams,
+                    recent_follow_ups=load.recent_follow_ups,
                 )
             )
         return tuple(views)
@@ -188,7 +191,10 @@ class Router:
             self._recorder.record_routed(record.id, req.block_hashes)
         hit_blocks = next(v.gpu_hit_blocks for v in views if v.id == decision.worker)
         hit_tokens = self._cached_tokens(req, hit_blocks)
-        self._load.add_routed(record.id, req.num_prompt_tokens + (req.max_tokens or 0), hit_tokens)
+        placement = Placement.OTHER  # without the prompt's blocks nothing tells a new stream from a follow-up
+        if req.block_hashes:
+            placement = placement_of([v for v in views if v.healthy], WorkerId(record.id))
+        self._load.add_routed(record.id, req.num_prompt_tokens + (req.max_tokens or 0), hit_tokens, placement)
         best_tokens = self._cached_tokens(req, max(v.gpu_hit_blocks for v in views))
         prefill = self._fleet.get(decision.prefill_worker) if decision.prefill_worker is not None else None
         if prefill is not None and (not prefill.available or prefill.id == record.id):

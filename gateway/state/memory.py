@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 
 from gateway.state.protocols import WorkerLoad
 from gateway.state.recent import RecentConfig, RecentSums
+from policies.placement import Placement
 
 
 class MemoryLoadBoard:
@@ -38,8 +39,10 @@ class MemoryLoadBoard:
     def rank(self) -> int:
         return 0
 
-    def add_routed(self, worker: str, tokens: int, cached_tokens: int = 0) -> None:
-        self._recent.add(worker, tokens, cached_tokens)
+    def add_routed(
+        self, worker: str, tokens: int, cached_tokens: int = 0, placement: Placement = Placement.OTHER
+    ) -> None:
+        self._recent.add(worker, tokens, cached_tokens, placement)
         self._requests.setdefault(worker, 0)
 
     def get(self, worker: str) -> WorkerLoad:

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from policies.placement import Placement
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerLoad:
@@ -19,6 +21,8 @@ class WorkerLoad:
     ``recent_tokens`` / ``recent_requests`` / ``recent_cached_tokens``: the prompt + completion-budget tokens
     (the requests; the prompt tokens predicted cached there) every replica routed to the worker,
     exponentially decayed (``gateway.state.recent``; a replica that leaves takes its share with it).
+    ``recent_streams`` / ``recent_follow_ups``: of those requests, the ones that started a new stream there
+    and the ones that followed one there (``policies.placement``), decayed the same way.
     """
 
     inflight_requests: int = 0
@@ -26,6 +30,8 @@ class WorkerLoad:
     recent_tokens: float = 0.0
     recent_requests: float = 0.0
     recent_cached_tokens: float = 0.0
+    recent_streams: float = 0.0
+    recent_follow_ups: float = 0.0
 
 
 class LoadBoard(Protocol):
@@ -37,9 +43,11 @@ class LoadBoard(Protocol):
 
     def acquire(self, worker: str, tokens: int) -> None: ...
 
-    def add_routed(self, worker: str, tokens: int, cached_tokens: int = 0) -> None:
+    def add_routed(
+        self, worker: str, tokens: int, cached_tokens: int = 0, placement: Placement = Placement.OTHER
+    ) -> None:
         """Count a request routed to ``worker``: ``tokens`` (prompt + completion budget), ``cached_tokens``
-        of its prompt predicted cached there."""
+        of its prompt predicted cached there, ``placement`` what it did to the worker's sticky traffic."""
         ...
 
     def release(self, worker: str, tokens: int) -> None: ...

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from policies.placement import Placement
+
 DEFAULT_HALF_LIFE_S: Final = 30.0
 
 
@@ -37,19 +39,22 @@ def decayed(total: float, epoch: float, now: float, half_life_s: float) -> float
     return total * math.exp2(-(now - epoch) / half_life_s)
 
 
-class RecentSums:
-    """This replica's decayed sums per worker: tokens, requests and predicted cached prompt tokens routed
-    (event-loop confined)."""
+#: What each worker's sums count, in order: routed tokens (prompt + completion budget), requests, prompt
+#: tokens predicted cached there, new streams placed there and follow-ups sent there (``policies.placement``).
+SLOTS: Final = ("tokens", "requests", "cached", "streams", "follow_ups")
+_NONE: Final = (0.0,) * len(SLOTS)
 
-    __slots__ = ("_cached", "_clock", "_config", "_requests", "_tokens", "epoch")
+
+class RecentSums:
+    """This replica's decayed sums per worker, one per ``SLOTS`` entry (event-loop confined)."""
+
+    __slots__ = ("_clock", "_config", "_sums", "epoch")
 
     def __init__(self, config: RecentConfig, clock: Callable[[], float] = time.time) -> None:
         self._config = config
         self._clock = clock
         self.epoch = self._epoch_of(clock())
-        self._tokens: dict[str, float] = {}
-        self._requests: dict[str, float] = {}
-        self._cached: dict[str, float] = {}
+        self._sums: dict[str, list[float]] = {}
 
     @property
     def half_life_s(self) -> float:
@@ -62,22 +67,31 @@ class RecentSums:
         epoch = self._epoch_of(now)
         if epoch > self.epoch:
             keep = math.exp2(-(epoch - self.epoch) / self._config.half_life_s)
-            for sums in (self._tokens, self._requests, self._cached):
-                for w in sums:
-                    sums[w] *= keep
+            for sums in self._sums.values():
+                for i in range(len(sums)):
+                    sums[i] *= keep
             self.epoch = epoch
 
-    def add(self, worker: str, tokens: int, cached_tokens: int = 0) -> None:
+    def add(
+        self, worker: str, tokens: int, cached_tokens: int = 0, placement: Placement = Placement.OTHER
+    ) -> None:
         """Count one request of ``tokens`` routed to ``worker`` now, ``cached_tokens`` of them predicted
-        cached there."""
+        cached there, placed as ``placement``."""
         now = self._clock()
         self._rebase(now)
         weight = math.exp2((now - self.epoch) / self._config.half_life_s)
         tokens = max(0, tokens)
-        self._tokens[worker] = self._tokens.get(worker, 0.0) + tokens * weight
-        self._requests[worker] = self._requests.get(worker, 0.0) + weight
+        sums = self._sums.get(worker)
+        if sums is None:
+            sums = self._sums[worker] = [0.0] * len(SLOTS)
+        sums[0] += tokens * weight
+        sums[1] += weight
         if cached_tokens > 0:
-            self._cached[worker] = self._cached.get(worker, 0.0) + min(cached_tokens, tokens) * weight
+            sums[2] += min(cached_tokens, tokens) * weight
+        if placement is Placement.NEW_STREAM:
+            sums[3] += weight
+        elif placement is Placement.FOLLOW_UP:
+            sums[4] += weight
 
     def now(self) -> float:
         """The clock, rebasing first (call before ``items`` when publishing)."""
@@ -85,16 +99,15 @@ class RecentSums:
         self._rebase(now)
         return now
 
-    def items(self) -> Iterator[tuple[str, float, float, float]]:
-        """``(worker, tokens sum, requests sum, cached tokens sum)`` relative to ``epoch``."""
-        for w, tokens in self._tokens.items():
-            yield w, tokens, self._requests.get(w, 0.0), self._cached.get(w, 0.0)
+    def items(self) -> Iterator[tuple[str, tuple[float, ...]]]:
+        """``(worker, sums in SLOTS order)`` relative to ``epoch``."""
+        for w, sums in self._sums.items():
+            yield w, tuple(sums)
 
-    def value(self, worker: str, now: float) -> tuple[float, float, float]:
-        """Decayed (tokens, requests, cached tokens) of ``worker`` at ``now``."""
+    def value(self, worker: str, now: float) -> tuple[float, ...]:
+        """Decayed sums of ``worker`` at ``now``, in ``SLOTS`` order."""
+        sums = self._sums.get(worker)
+        if sums is None:
+            return _NONE
         keep = decayed(1.0, self.epoch, now, self._config.half_life_s)
-        return (
-            self._tokens.get(worker, 0.0) * keep,
-            self._requests.get(worker, 0.0) * keep,
-            self._cached.get(worker, 0.0) * keep,
-        )
+        return tuple(v * keep for v in sums)

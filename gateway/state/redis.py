@@ -5,10 +5,12 @@ Redis) and a background task publishes those figures and pulls the other replica
 *absolute* figures to its own hash ``kvgate:load:{replica}`` (``HSET`` + ``PEXPIRE``, one pipeline) rather
 than ``HINCRBY`` deltas: a lost write or a Redis restart then heals at the next push, and a replica that dies
 vanishes with its key's TTL instead of leaving increments behind. Fields: ``{worker}\0r`` / ``{worker}\0t``
-in-flight requests / tokens; ``{worker}\0s`` / ``{worker}\0q`` / ``{worker}\0c`` decayed sums of routed
-tokens / requests / predicted cached prompt tokens, relative to the field ``epoch``
-(``gateway.state.recent``). Redis down: the board answers local figures only, ``degraded`` is set, a
-warning is logged once per interval, and it recovers by itself.
+in-flight requests / tokens; ``{worker}\0s`` / ``{worker}\0q`` / ``{worker}\0c`` / ``{worker}\0n`` /
+``{worker}\0f`` decayed sums of routed tokens / requests / predicted cached prompt tokens / new streams /
+follow-ups, relative to the field ``epoch`` (``gateway.state.recent``); a replica ignores fields it does
+not know and reads missing ones as 0, so replicas of different versions can share a board. Redis down: the
+board answers local figures only, ``degraded`` is set, a warning is logged once per interval, and it
+recovers by itself.
 
 The KV index's Redis side lives in ``gateway/kvindex/`` (stream and relays), not here.
 """
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Final, cast
 
 from gateway.state.protocols import WorkerLoad
 from gateway.state.recent import RecentConfig, RecentSums, decayed
+from policies.placement import Placement
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -37,7 +40,8 @@ logger = logging.getLogger(__name__)
 KEY_PREFIX: Final = "kvgate:load:"
 _SEP: Final = "\x00"
 _EPOCH: Final = b"epoch"
-_RECENT_SLOTS: Final = {"s": 0, "q": 1, "c": 2}  # field kind -> position in (tokens, requests, cached)
+_RECENT_FIELDS: Final = ("s", "q", "c", "n", "f")  # field kinds of the recent sums, in ``SLOTS`` order
+_RECENT_SLOTS: Final = {kind: i for i, kind in enumerate(_RECENT_FIELDS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +104,10 @@ class RedisLoadBoard:
         counts[0] = max(0, counts[0] - 1)
         counts[1] = max(0, counts[1] - tokens)
 
-    def add_routed(self, worker: str, tokens: int, cached_tokens: int = 0) -> None:
-        self._recent.add(worker, tokens, cached_tokens)
+    def add_routed(
+        self, worker: str, tokens: int, cached_tokens: int = 0, placement: Placement = Placement.OTHER
+    ) -> None:
+        self._recent.add(worker, tokens, cached_tokens, placement)
         self._own.setdefault(worker, [0, 0])
 
     def replicas(self) -> int:
@@ -113,16 +119,23 @@ class RedisLoadBoard:
     def get(self, worker: str) -> WorkerLoad:
         now = self._recent.now()
         inflight, inflight_tokens = self._own.get(worker) or (0, 0)
-        tokens, requests, cached = self._recent.value(worker, now)
+        recent = self._recent.value(worker, now)
         other = self._others.get(worker)
-        if other is not None:
-            keep = decayed(1.0, self._pulled_at, now, self._recent.half_life_s)
-            inflight += other.inflight_requests
-            inflight_tokens += other.inflight_tokens
-            tokens += other.recent_tokens * keep
-            requests += other.recent_requests * keep
-            cached += other.recent_cached_tokens * keep
-        return WorkerLoad(inflight, inflight_tokens, tokens, requests, cached)
+        if other is None:
+            return WorkerLoad(inflight, inflight_tokens, *recent)
+        keep = decayed(1.0, self._pulled_at, now, self._recent.half_life_s)
+        theirs = (
+            other.recent_tokens,
+            other.recent_requests,
+            other.recent_cached_tokens,
+            other.recent_streams,
+            other.recent_follow_ups,
+        )
+        return WorkerLoad(
+            inflight + other.inflight_requests,
+            inflight_tokens + other.inflight_tokens,
+            *(mine + t * keep for mine, t in zip(recent, theirs, strict=True)),
+        )
 
     def snapshot(self) -> Mapping[str, WorkerLoad]:
         return {w: self.get(w) for w in self._own.keys() | self._others.keys()}
@@ -155,10 +168,8 @@ class RedisLoadBoard:
         async with self._redis.pipeline(transaction=False) as pipe:
             mapping: dict[str, float | int] = {f"{w}{_SEP}r": c[0] for w, c in self._own.items()}
             mapping.update({f"{w}{_SEP}t": c[1] for w, c in self._own.items()})
-            for w, tokens, requests, cached in self._recent.items():
-                mapping[f"{w}{_SEP}s"] = tokens
-                mapping[f"{w}{_SEP}q"] = requests
-                mapping[f"{w}{_SEP}c"] = cached
+            for w, sums in self._recent.items():
+                mapping.update({f"{w}{_SEP}{kind}": v for kind, v in zip(_RECENT_FIELDS, sums, strict=True)})
             # written even with no figures yet: the key is also this replica's presence (``replicas``)
             mapping[_EPOCH.decode()] = self._recent.epoch
             pipe.hset(self.key, mapping=mapping)  # type: ignore[arg-type]
@@ -200,10 +211,10 @@ def _sum_figures(hashes: list[dict[bytes, bytes]], now: float, half_life_s: floa
             if kind in ("r", "t"):
                 counts.setdefault(worker, [0, 0])[kind == "t"] += int(value)
             elif (slot := _RECENT_SLOTS.get(kind)) is not None:
-                sums = recent.setdefault(worker, [0.0, 0.0, 0.0])
+                sums = recent.setdefault(worker, [0.0] * len(_RECENT_FIELDS))
                 sums[slot] += decayed(float(value), epoch, now, half_life_s)
     return {
-        w: WorkerLoad(*counts.get(w, (0, 0)), *recent.get(w, (0.0, 0.0, 0.0)))
+        w: WorkerLoad(*counts.get(w, (0, 0)), *recent.get(w, [0.0] * len(_RECENT_FIELDS)))
         for w in counts.keys() | recent.keys()
     }
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.state.protocols import LoadBoard, WorkerLoad
+from policies.placement import Placement
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -65,15 +66,16 @@ def test_snapshot_is_a_copy(board: LoadBoard) -> None:
 
 
 def test_routed_work_shows_as_recent_load(board: LoadBoard) -> None:
-    board.add_routed("a", 100, cached_tokens=80)
+    board.add_routed("a", 100, cached_tokens=80, placement=Placement.FOLLOW_UP)
     board.acquire("a", 10)
     board.release("a", 10)
-    board.add_routed("a", 50)
+    board.add_routed("a", 50, placement=Placement.NEW_STREAM)
     board.add_routed("a", -5)  # nonsense tokens count as 0, the request still counts
     load = board.get("a")
     assert (load.inflight_requests, load.inflight_tokens) == (0, 0)
     assert load.recent_tokens == pytest.approx(150, rel=0.01)  # a 30 s half-life: ~no decay within a test
     assert load.recent_requests == pytest.approx(3, rel=0.01)
     assert load.recent_cached_tokens == pytest.approx(80, rel=0.01)
+    assert (load.recent_streams, load.recent_follow_ups) == (pytest.approx(1, rel=0.01), pytest.approx(1, rel=0.01))
     assert board.snapshot()["a"].recent_tokens == pytest.approx(150, rel=0.01)
     assert board.get("nobody").recent_tokens == 0.0

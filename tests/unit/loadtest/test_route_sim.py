@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.route_sim import SimFleet, SimResult, poisson_arrivals, replay
-from loadtest.workloads import WorkloadSpec, multi_turn
+from loadtest.route_sim import SimFleet, SimResult, mean_row, poisson_arrivals, replay, window
+from loadtest.workloads import Session, WorkloadSpec, multi_turn
 
 FLEET = SimFleet(workers=4, capacity_tokens=8192)
 SESSIONS = multi_turn(WorkloadSpec(num_sessions=12, turns=4, system_words=60, question_words=20))
@@ -57,3 +57,25 @@ def test_replicas_see_each_others_routing_a_sync_interval_late() -> None:
         return sum(r.ttfts) / len(r.ttfts)
 
     assert mean_ttft(0.05) > 1.2 * mean_ttft(0.0)
+
+
+def test_window_takes_a_stretch_and_rebases_its_arrivals() -> None:
+    timed = [Session(f"s{i}", (), arrival_s=10.0 + i) for i in range(6)]
+    part, arrivals = window(timed, 2, 3)
+    assert [s.id for s in part] == ["s2", "s3", "s4"]
+    assert arrivals == [0.0, 1.0, 2.0]
+    assert window(timed, 5, 3)[0] == timed[5:]
+    assert window(timed, 9, 3) == ([], [])
+
+
+def test_mean_row_averages_seeds_and_keeps_the_worst_imbalance() -> None:
+    a = SimResult(per_worker=[100, 100], prefill_per_worker=[50, 50], prompt_tokens=200, hit_tokens=100)
+    b = SimResult(per_worker=[150, 50], prefill_per_worker=[75, 25], prompt_tokens=200, hit_tokens=50)
+    for r in (a, b):
+        r.ideal_hit_rate = 0.5
+        r.ttfts.extend([0.01, 0.03])
+    hit, p50, _p99, imbalance, prefill_imb, worst = mean_row([a, b])
+    assert hit == pytest.approx((1.0 + 0.5) / 2)
+    assert imbalance == pytest.approx((1.0 + 1.5) / 2) and worst == pytest.approx(1.5)
+    assert prefill_imb == pytest.approx((1.0 + 1.5) / 2)
+    assert p50 == pytest.approx((a.ttft_p(0.5) + b.ttft_p(0.5)) * 1e3 / 2)

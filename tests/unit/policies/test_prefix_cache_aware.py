@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -26,7 +27,8 @@ def _pick(fleet: list[WorkerView], seed: int = 0, **params: object) -> str | Non
     [
         ([worker("cold"), worker("warm", gpu_hit_blocks=60)], "warm"),
         ([worker("cold"), worker("warm", gpu_hit_blocks=60, inflight_tokens=500)], "warm"),
-        ([worker("cold"), worker("warm", gpu_hit_blocks=60, inflight_tokens=3000)], "cold"),
+        ([worker("cold"), worker("warm", gpu_hit_blocks=60, inflight_tokens=3000)], "warm"),
+        ([worker("cold"), worker("warm", gpu_hit_blocks=60, inflight_tokens=5000)], "cold"),
         ([worker("cold"), worker("warm", gpu_hit_blocks=60, queue_depth=20)], "cold"),
         ([worker("cold"), worker("tier", tier_hit_blocks=64)], "tier"),
         ([worker("gpu", gpu_hit_blocks=32), worker("tier", tier_hit_blocks=64)], "tier"),
@@ -36,6 +38,7 @@ def _pick(fleet: list[WorkerView], seed: int = 0, **params: object) -> str | Non
     ids=[
         "prefers_warm_worker",
         "warm_worker_worth_a_short_queue",
+        "warm_worker_worth_a_quarter_of_its_in_flight_tokens",
         "moves_off_worker_whose_queue_costs_more_than_the_hit_saves",
         "queue_depth_counts_as_backlog",
         "credits_tier_hits",
@@ -49,10 +52,10 @@ def test_cost_model_choices(fleet: list[WorkerView], expected: str) -> None:
 
 
 def test_hotspot_guard_copies_a_hot_prefix_to_a_second_worker() -> None:
-    # The warm worker's backlog (12k tokens) is under its cache credit only because the prompt is huge;
+    # The warm worker's backlog (12k tokens: a quarter of 48k in flight) is under its cache credit only because the prompt is huge;
     # it is far above the fleet mean, so the guard drops its credit and a cold worker wins.
     big = RouteRequest(model="m", num_prompt_tokens=20_000, block_hashes=tuple(range(1250)))
-    fleet = [worker("hot", gpu_hit_blocks=1250, inflight_tokens=12_000), worker("c1"), worker("c2")]
+    fleet = [worker("hot", gpu_hit_blocks=1250, inflight_tokens=48_000), worker("c1"), worker("c2")]
     ctx = PolicyContext(block_size=BS)
     assert build_policy("prefix_cache_aware", ctx).select(big, fleet).worker in {"c1", "c2"}
     no_guard = {"type": "prefix_cache_aware", "params": {"hotspot_margin": 100.0}}
@@ -60,10 +63,10 @@ def test_hotspot_guard_copies_a_hot_prefix_to_a_second_worker() -> None:
 
 
 def test_costs_are_backlog_plus_uncached_plus_discounted_pulls() -> None:
-    p = CacheCostParams(tier_pull_cost=0.25, queued_request_tokens=100, hotspot_margin=1e9)
+    p = CacheCostParams(tier_pull_cost=0.25, queued_request_tokens=100, inflight_weight=0.5, hotspot_margin=1e9)
     fleet = [worker("a", inflight_tokens=200, queue_depth=2, gpu_hit_blocks=16, tier_hit_blocks=32)]
     costs = ttft_costs(REQ, fleet, p, BS)
-    backlog, gpu, tier = 200 + 2 * 100, 16 * BS, 32 * BS
+    backlog, gpu, tier = 0.5 * 200 + 2 * 100, 16 * BS, 32 * BS
     assert costs[WorkerId("a")] == pytest.approx(backlog + (BLOCKS * BS - gpu - tier) + 0.25 * tier + 1.0)
 
 
@@ -265,7 +268,48 @@ def test_balance_costs_are_zero_for_the_least_loaded_and_grow_with_the_excess() 
 
 
 def test_inflight_weight_discounts_in_flight_tokens() -> None:
-    # 3000 in-flight tokens outweigh the 960 the warm worker saves; a quarter of them (750) do not.
+    # 3000 in-flight tokens counted in full outweigh the 960 the warm worker saves; by default a quarter
+    # of them (750) count, and they do not.
     fleet = [worker("cold"), worker("warm", gpu_hit_blocks=60, inflight_tokens=3000)]
-    assert _pick(fleet) == "cold"
-    assert _pick(fleet, inflight_weight=0.25) == "warm"
+    assert _pick(fleet, inflight_weight=1.0) == "cold"
+    assert _pick(fleet) == "warm"
+
+
+def test_recent_reads_new_streams_and_follow_ups_per_stream() -> None:
+    fleet = [
+        worker("a", recent_streams=3, recent_follow_ups=20),
+        worker("b", recent_streams=1, recent_follow_ups=4),
+    ]
+    recent = Recent.of(fleet)
+    assert list(recent.streams) == [3, 1] and recent.follow_ups_per_stream == pytest.approx(6)
+    young = Recent.of([worker("a", recent_streams=0.2, recent_follow_ups=3)])
+    assert young.follow_ups_per_stream == pytest.approx(3)  # at least one stream: no blow-up when young
+
+
+def _groups(streams: tuple[float, float], follow_ups: float) -> list[WorkerView]:
+    # "quiet" received fewer tokens lately, but one more new stream (a young prefix group) than "even"
+    return [
+        worker("quiet", recent_tokens=20_000, recent_requests=20, recent_streams=streams[0],
+               recent_follow_ups=follow_ups),
+        worker("even", recent_tokens=24_000, recent_requests=24, recent_streams=streams[1],
+               recent_follow_ups=follow_ups),
+    ]  # fmt: skip
+
+
+def test_a_new_stream_goes_where_fewer_young_streams_will_bring_their_follow_ups() -> None:
+    fleet = _groups(streams=(5, 4), follow_ups=28)  # 7 follow-ups per new stream on this traffic
+    assert _pick(fleet) == "even"
+    assert _pick(fleet, stream_weight=0.0) == "quiet"  # recent tokens alone
+
+
+def test_the_stream_term_fades_where_new_streams_bring_no_follow_ups() -> None:
+    assert _pick(_groups(streams=(5, 4), follow_ups=0)) == "quiet"  # one-offs: balance on tokens
+
+
+def test_a_follow_up_ignores_stream_counts() -> None:
+    fleet = _groups(streams=(5, 4), follow_ups=28)
+    warm = [fleet[0], dataclasses.replace(fleet[1], gpu_hit_blocks=4)]  # "even" holds a few blocks
+    assert ttft_costs(REQ, warm, CacheCostParams(), BS, Recent.of(warm, 0.25)) == ttft_costs(
+        REQ, warm, CacheCostParams(stream_weight=0.0), BS, Recent.of(warm, 0.25)
+    )
+

@@ -146,6 +146,25 @@ def test_routed_work_is_counted_per_worker_and_shown_to_the_policy() -> None:
     assert round(next(v.recent_tokens for v in again.views if v.id == "w1")) == 94
 
 
+def test_routing_counts_new_streams_and_follow_ups_per_worker() -> None:
+    index = FakeIndex()
+    policy = FakePolicy(needs=frozenset({Need.BLOCK_HASHES, Need.PREFIX_HITS}))
+    router = _router(policy, _fleet("m", "m"), FakeAnalyzer(), index)
+    router.route(router.prepare(_parsed(), {}))  # nobody holds the prompt: a new stream on w0
+    index.hits = {"w0": PrefixHit(gpu_blocks=2)}
+    router.route(router.prepare(_parsed(), {}))  # w0 holds it: a follow-up
+    views = router.explain(router.prepare(_parsed(), {})).views
+    counts = {v.id: (round(v.recent_streams, 2), round(v.recent_follow_ups, 2)) for v in views}
+    assert counts == {"w0": (1.0, 1.0), "w1": (0.0, 0.0)}
+
+
+def test_a_request_without_blocks_is_neither_a_stream_nor_a_follow_up() -> None:
+    router = _router(FakePolicy(), _fleet("m", "m"), FakeAnalyzer(), FakeIndex())  # no needs: no blocks
+    router.route(router.prepare(_parsed(), {}))
+    load = router.explain(router.prepare(_parsed(), {})).views[0]
+    assert load.recent_requests > 0 and (load.recent_streams, load.recent_follow_ups) == (0.0, 0.0)
+
+
 @dataclass
 class SplitPolicy(FakePolicy):
     """Prefills on w0, decodes on w1."""

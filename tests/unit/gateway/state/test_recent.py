@@ -5,26 +5,27 @@ from __future__ import annotations
 import pytest
 
 from gateway.state.memory import MemoryLoadBoard
-from gateway.state.recent import RecentConfig, RecentSums, decayed
+from gateway.state.recent import SLOTS, RecentConfig, RecentSums, decayed
+from policies.placement import Placement
 
 
 def test_a_sum_halves_every_half_life() -> None:
     now = [1000.0]
     sums = RecentSums(RecentConfig(half_life_s=10.0), clock=lambda: now[0])
-    sums.add("w", 800, cached_tokens=600)
-    assert sums.value("w", now[0]) == pytest.approx((800.0, 1.0, 600.0))
+    sums.add("w", 800, cached_tokens=600, placement=Placement.NEW_STREAM)
+    assert sums.value("w", now[0]) == pytest.approx((800.0, 1.0, 600.0, 1.0, 0.0))
     now[0] += 10.0
-    sums.add("w", 100)
-    assert sums.value("w", now[0]) == pytest.approx((500.0, 1.5, 300.0))
-    assert sums.value("w", now[0] + 20.0) == pytest.approx((125.0, 0.375, 75.0))
-    assert sums.value("other", now[0]) == (0.0, 0.0, 0.0)
+    sums.add("w", 100, placement=Placement.FOLLOW_UP)
+    assert sums.value("w", now[0]) == pytest.approx((500.0, 1.5, 300.0, 0.5, 1.0))
+    assert sums.value("w", now[0] + 20.0) == pytest.approx((125.0, 0.375, 75.0, 0.125, 0.25))
+    assert sums.value("other", now[0]) == (0.0,) * len(SLOTS)
 
 
 def test_cached_tokens_never_exceed_the_tokens_routed() -> None:
     sums = RecentSums(RecentConfig(half_life_s=10.0), clock=lambda: 0.0)
     sums.add("w", 100, cached_tokens=160)  # a whole-block hit longer than the prompt
     sums.add("w", 50, cached_tokens=-5)
-    assert sums.value("w", 0.0) == pytest.approx((150.0, 2.0, 100.0))
+    assert sums.value("w", 0.0) == pytest.approx((150.0, 2.0, 100.0, 0.0, 0.0))
 
 
 def test_rebasing_keeps_every_value() -> None:
@@ -46,27 +47,30 @@ def test_sums_stay_finite_over_a_long_run() -> None:
     for _ in range(10_000):  # ~2.8 hours at one request a second, half-life 1 s
         now[0] += 1.0
         sums.add("w", 100)
-    tokens, requests, _ = sums.value("w", sums.now())
+    tokens, requests, *_ = sums.value("w", sums.now())
     assert tokens == pytest.approx(200.0) and requests == pytest.approx(2.0)  # 100 * (1 + 1/2 + 1/4 ...)
-    assert all(t < 1e30 for _, t, _, _ in sums.items())
+    assert all(v < 1e30 for _, published in sums.items() for v in published)
 
 
 def test_a_published_sum_is_read_at_any_time_by_anyone() -> None:
     now = [1234.0]
     sums = RecentSums(RecentConfig(half_life_s=10.0), clock=lambda: now[0])
-    sums.add("w", 400, cached_tokens=100)
-    (_, published, _, cached), epoch = next(sums.items()), sums.epoch
-    assert decayed(published, epoch, 1244.0, 10.0) == pytest.approx(200.0)  # what another replica computes
+    sums.add("w", 400, cached_tokens=100, placement=Placement.NEW_STREAM)
+    (_, published), epoch = next(sums.items()), sums.epoch
+    tokens, _, cached, streams, _ = published
+    assert decayed(tokens, epoch, 1244.0, 10.0) == pytest.approx(200.0)  # what another replica computes
     assert decayed(cached, epoch, 1244.0, 10.0) == pytest.approx(50.0)
+    assert decayed(streams, epoch, 1244.0, 10.0) == pytest.approx(0.5)
 
 
 def test_memory_board_reports_recent_load_on_its_clock() -> None:
     now = [50.0]
     board = MemoryLoadBoard(RecentConfig(half_life_s=5.0), clock=lambda: now[0])
-    board.add_routed("w", 300, cached_tokens=200)
+    board.add_routed("w", 300, cached_tokens=200, placement=Placement.FOLLOW_UP)
     now[0] += 5.0
     load = board.get("w")
     assert (load.recent_tokens, load.recent_requests, load.recent_cached_tokens) == pytest.approx((150.0, 0.5, 100.0))
+    assert (load.recent_streams, load.recent_follow_ups) == pytest.approx((0.0, 0.5))
     assert set(board.snapshot()) == {"w"}
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from gateway.state.protocols import WorkerLoad
 from gateway.state.redis import RedisLoadBoard, RedisLoadConfig, open_redis_state
+from policies.placement import Placement
 from tests.support.redis_server import new_redis_server
 
 pytestmark = pytest.mark.redis
@@ -45,9 +46,9 @@ async def test_replicas_see_the_same_recent_routed_load(redis_url: str) -> None:
         open_redis_state(redis_url, config=FAST) as one,
         open_redis_state(redis_url, config=FAST) as two,
     ):
-        one.load.add_routed("w1", 1000, cached_tokens=900)
-        two.load.add_routed("w1", 24, cached_tokens=16)
-        two.load.add_routed("w2", 7)
+        one.load.add_routed("w1", 1000, cached_tokens=900, placement=Placement.FOLLOW_UP)
+        two.load.add_routed("w1", 24, cached_tokens=16, placement=Placement.FOLLOW_UP)
+        two.load.add_routed("w2", 7, placement=Placement.NEW_STREAM)
         near = lambda x: pytest.approx(x, rel=0.01)  # noqa: E731 - 30 s half-life, a test takes < 1 s
         await eventually(lambda: one.load.get("w1").recent_tokens == near(1024))
         await eventually(lambda: two.load.get("w1").recent_tokens == near(1024))
@@ -55,6 +56,9 @@ async def test_replicas_see_the_same_recent_routed_load(redis_url: str) -> None:
         await eventually(lambda: two.load.get("w1").recent_cached_tokens == near(916))
         await eventually(lambda: one.load.get("w1").recent_cached_tokens == near(916))
         await eventually(lambda: one.load.snapshot()["w2"].recent_tokens == near(7))
+        await eventually(lambda: one.load.get("w1").recent_follow_ups == near(2))
+        await eventually(lambda: one.load.get("w2").recent_streams == near(1))
+        assert two.load.get("w1").recent_streams == 0.0
 
 
 async def test_a_closed_replica_no_longer_counts(redis_url: str) -> None:
