@@ -33,10 +33,9 @@ What it does:
     ``follow_ups_per_stream`` how many sticky follow-ups a new stream brings on this traffic (the pool's
     ``recent_follow_ups`` / ``recent_streams``). A young prefix group has sent one request so far, so its
     worker looks light by its recent load alone; this counts the group's traffic ahead. A hotspot is
-    treated alike: a worker whose backlog exceeds
-    the fleet mean by more than ``hotspot_margin`` (and by ``hotspot_min_tokens``) loses its cache credit, so
-    a hot prefix gets copied to a second, less loaded worker instead of queueing on one. Ties are broken with
-    the seeded RNG.
+    treated like an overload: a worker whose backlog exceeds the fleet mean by more than
+    ``hotspot_margin`` (and by ``hotspot_min_tokens``) loses its cache credit, so a hot prefix gets copied
+    to a second, less loaded worker instead of queueing on one. Ties are broken with the seeded RNG.
 
 Inputs (needs):
     Prompt token count, block hashes and per-worker prefix hits (worker cache and shared tier), and load.
@@ -67,8 +66,8 @@ Parameters:
         lands; the gateway counts new streams and follow-ups per worker (``recent_streams`` /
         ``recent_follow_ups``). Such a request pays, per new stream its worker received lately above the
         fewest, the fleet's recent follow-ups per new stream in mean requests at the balance's rate. It
-        spreads prefix groups evenly (shared prefix: imbalance 1.26 → 1.01 in the replay) and fades where
-        new streams bring few follow-ups (the trace's one-offs); 0 turns it off (default 1.0).
+        spreads prefix groups evenly (shared prefix, one gateway: imbalance 1.26 → 1.01 in the replay) and
+        fades where new streams bring few follow-ups (the trace's one-offs); 0 turns it off (default 1.0).
     cached_load_weight: share of a full token that a routed prompt token predicted cached on the worker
         counts in its recent load; 1 balances routed tokens, 0 only the work (uncached prefill + completion
         budget). Below 1, a worker holding deep sessions whose prompts are mostly cached is not taken for
