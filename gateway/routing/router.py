@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.errors import InvalidRequest, ModelNotFound, NoHealthyWorker
@@ -191,9 +191,7 @@ class Router:
             self._recorder.record_routed(record.id, req.block_hashes)
         hit_blocks = next(v.gpu_hit_blocks for v in views if v.id == decision.worker)
         hit_tokens = self._cached_tokens(req, hit_blocks)
-        placement = Placement.OTHER  # without the prompt's blocks nothing tells a new stream from a follow-up
-        if req.block_hashes:
-            placement = placement_of([v for v in views if v.healthy], WorkerId(record.id))
+        placement = self._placement(req, views, record.id)
         self._load.add_routed(record.id, req.num_prompt_tokens + (req.max_tokens or 0), hit_tokens, placement)
         best_tokens = self._cached_tokens(req, max(v.gpu_hit_blocks for v in views))
         prefill = self._fleet.get(decision.prefill_worker) if decision.prefill_worker is not None else None
@@ -201,11 +199,19 @@ class Router:
             prefill = None  # PD degrades to decode-only, never fails the request
         if prefill is not None:
             hit = self._cached_tokens(req, next((v.gpu_hit_blocks for v in views if v.id == prefill.id), 0))
-            self._load.add_routed(prefill.id, req.num_prompt_tokens, hit)
+            how = self._placement(req, views, prefill.id)  # the prefill worker holds the prompt's KV next
+            self._load.add_routed(prefill.id, req.num_prompt_tokens, hit, how)
         return Routed(
             request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens, prefill=prefill,
             best_hit_tokens=best_tokens,
         )  # fmt: skip
+
+    @staticmethod
+    def _placement(req: RouteRequest, views: Sequence[WorkerView], worker: str) -> Placement:
+        """What sending ``req`` to ``worker`` does to its sticky traffic; nothing is known without blocks."""
+        if not req.block_hashes:
+            return Placement.OTHER
+        return placement_of([v for v in views if v.healthy], WorkerId(worker))
 
     def _cached_tokens(self, req: RouteRequest, hit_blocks: int) -> int:
         """Prompt tokens covered by ``hit_blocks`` leading cached blocks (at most the whole prompt)."""

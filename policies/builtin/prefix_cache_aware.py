@@ -81,7 +81,9 @@ Parameters:
     replica_home_requests: with several gateway replicas, each one owns every ``replicas()``-th worker in
         id order, starting at its ``replica_rank()`` (its home workers), and sends a request to its
         cheapest home worker when that one costs at most this many mean requests more than the cheapest
-        worker and holds as much of the prompt; else the near-tie draw decides. Replicas that route a burst
+        worker and holds as much of the prompt (and, for a new stream, when its young streams are not
+        expected to bring half a follow-up more than the cheapest worker's); else the near-tie draw
+        decides. Replicas that route a burst
         in the same instant, before any sees the others' choices, then spread it over different workers
         instead of piling it on the one that looked least loaded to all. Unset, it is 0.25 while other
         replicas share the state and 0 (off) for a lone gateway (default None: automatic).
@@ -230,10 +232,12 @@ def ttft_costs(
     p: CacheCostParams,
     block_size: int,
     recent: Recent | None = None,
+    new_stream: bool | None = None,
 ) -> dict[WorkerId, float]:
     """Estimated time to first token per worker of a non-empty ``pool``, in prefill tokens.
 
-    ``recent`` is the pool's recent routed load (``Recent.of``); None leaves balance out.
+    ``recent`` is the pool's recent routed load (``Recent.of``); None leaves balance out. ``new_stream``:
+    whether the request starts a new stream (``policies.placement.is_free``; None: computed here).
     """
     prompt = max(req.num_prompt_tokens, len(req.block_hashes) * block_size)
     qtok = p.queued_request_tokens
@@ -241,7 +245,9 @@ def ttft_costs(
     backlogs = [iw * w.inflight_tokens + w.queue_depth * qtok for w in pool]
     mean = sum(backlogs) / len(backlogs)
     hot_line = max(mean * (1.0 + p.hotspot_margin), mean + p.hotspot_min_tokens)
-    balance = _balance(recent, p, is_free(pool)) if recent is not None else [0.0] * len(pool)
+    if new_stream is None:
+        new_stream = is_free(pool)
+    balance = _balance(recent, p, new_stream) if recent is not None else [0.0] * len(pool)
     pull = p.tier_pull_cost
     costs: dict[WorkerId, float] = {}
     for w, backlog, extra in zip(pool, backlogs, balance, strict=True):
@@ -305,7 +311,8 @@ class PrefixCacheAware:
         if not pool:
             return Decision(worker=None, reason="no healthy serving worker")
         recent = Recent.of(pool, self._p.cached_load_weight)
-        costs = ttft_costs(req, pool, self._p, self._block_size, recent)
+        new_stream = is_free(pool)
+        costs = ttft_costs(req, pool, self._p, self._block_size, recent, new_stream)
         unit = recent.mean_request
         replicas = self._replicas()
         near, home_spread = self._p.near_tie_requests, self._p.replica_home_requests
@@ -314,6 +321,12 @@ class PrefixCacheAware:
         if home_spread is None:
             home_spread = REPLICA_HOME if replicas > 1 else 0.0
         home = self._home_workers(pool, replicas) if home_spread > 0 else frozenset()
+        if home and new_stream and self._p.stream_weight:
+            # a home worker takes a new stream from the cheapest worker only if its young streams are not
+            # expected to bring half a follow-up more
+            least = min(pool, key=lambda w: costs[w.id]).recent_streams
+            ahead = recent.follow_ups_per_stream
+            home = frozenset(w.id for w in pool if w.id in home and (w.recent_streams - least) * ahead < 0.5)
         chosen = cheapest(costs, pool, self._rng, near * unit, home, home_spread * unit)
         best = min(costs.values())
         scores = {wid: best / c for wid, c in costs.items()}

@@ -229,6 +229,23 @@ def test_replicas_routing_a_burst_in_the_same_instant_spread_it_over_their_home_
     assert len({replica(r, replica_home_requests=0).select(REQ, idle).worker for r in range(4)}) == 1
 
 
+def test_a_home_worker_takes_no_new_stream_its_young_streams_would_outweigh() -> None:
+    # w1 is rank 1's home worker, within the home spread of the cheapest (w0) even with its stream cost,
+    # but it received one more new stream lately, and a new stream brings two follow-ups here
+    def fleet(follow_ups: float) -> list[WorkerView]:
+        return [
+            worker("w0", recent_tokens=10_000, recent_requests=10, recent_streams=3, recent_follow_ups=follow_ups),
+            worker("w1", recent_tokens=10_200, recent_requests=10, recent_streams=4, recent_follow_ups=follow_ups),
+        ]
+
+    ctx = PolicyContext(block_size=BS, replicas=lambda: 2, replica_rank=lambda: 1)
+    policy = build_policy("prefix_cache_aware", ctx)
+    assert policy.select(REQ, fleet(follow_ups=7.0)).worker == "w0"
+    assert policy.select(REQ, fleet(follow_ups=0.0)).worker == "w1"  # one-offs: the home rule holds
+    off = build_policy({"type": "prefix_cache_aware", "params": {"stream_weight": 0}}, ctx)
+    assert off.select(REQ, fleet(follow_ups=7.0)).worker == "w1"
+
+
 def test_a_home_worker_never_takes_a_request_from_a_warmer_one() -> None:
     fleet = [worker("w0", gpu_hit_blocks=8), worker("w1")]  # w1 is rank 1's home worker; w0 holds more
     ctx = PolicyContext(block_size=BS, replicas=lambda: 2, replica_rank=lambda: 1)

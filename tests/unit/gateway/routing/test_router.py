@@ -173,6 +173,13 @@ class SplitPolicy(FakePolicy):
         return Decision(worker=WorkerId("w1"), prefill_worker=WorkerId("w0"))
 
 
+def test_a_pd_prefill_worker_counts_its_own_new_stream() -> None:
+    router = _router(SplitPolicy(needs=frozenset({Need.BLOCK_HASHES})), _fleet("m", "m"), FakeAnalyzer(), FakeIndex())
+    router.route(router.prepare(_parsed(), {}))  # nobody holds the prompt: both workers now do
+    views = router.explain(router.prepare(_parsed(), {})).views
+    assert {v.id: round(v.recent_streams, 2) for v in views} == {"w0": 1.0, "w1": 1.0}
+
+
 def test_a_pd_prefill_worker_counts_the_prompt_with_its_own_predicted_hit() -> None:
     analyzer, index = FakeAnalyzer(), FakeIndex(hits={"w0": PrefixHit(gpu_blocks=1)})
     policy = SplitPolicy(needs=frozenset({Need.BLOCK_HASHES, Need.PREFIX_HITS}))
