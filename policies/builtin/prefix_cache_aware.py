@@ -83,9 +83,9 @@ Parameters:
         cheapest home worker when that one costs at most this many mean requests more than the cheapest
         worker and holds as much of the prompt (and, for a new stream, when its young streams are not
         expected to bring half a follow-up more than the cheapest worker's); else the near-tie draw
-        decides. Replicas that route a burst
-        in the same instant, before any sees the others' choices, then spread it over different workers
-        instead of piling it on the one that looked least loaded to all. Unset, it is 0.25 while other
+        decides. Replicas that route a burst in the same instant, before any sees the others' choices,
+        then spread it over different workers instead of piling it on the one that looked least loaded
+        to all. Unset, it is 0.25 while other
         replicas share the state and 0 (off) for a lone gateway (default None: automatic).
 
 Example config:
