@@ -105,3 +105,15 @@ async def test_an_error_in_the_callers_body_comes_out_unwrapped(redis_url: str) 
     with pytest.raises(BodyError):
         async with open_redis_state(redis_url, config=FAST):
             raise BodyError
+
+
+def test_figures_of_other_versions_are_read_field_by_field() -> None:
+    from gateway.state.recent import SLOTS
+    from gateway.state.redis import _RECENT_FIELDS, _sum_figures
+
+    assert len(_RECENT_FIELDS) == len(SLOTS)
+    older = {b"epoch": b"0", b"w1\x00r": b"1", b"w1\x00s": b"100", b"w1\x00q": b"2"}  # no c, n, f fields
+    newer = {b"epoch": b"0", b"w1\x00s": b"50", b"w1\x00n": b"1", b"w1\x00f": b"3", b"w1\x00z": b"9"}
+    load = _sum_figures([older, newer], now=0.0, half_life_s=30.0)["w1"]
+    assert (load.inflight_requests, load.recent_tokens, load.recent_requests) == (1, 150.0, 2.0)
+    assert (load.recent_cached_tokens, load.recent_streams, load.recent_follow_ups) == (0.0, 1.0, 3.0)
