@@ -324,9 +324,9 @@ class PrefixCacheAware:
         if home and new_stream and self._p.stream_weight:
             # a home worker takes a new stream from the cheapest worker only if its young streams are not
             # expected to bring half a follow-up more
-            least = min(pool, key=lambda w: costs[w.id]).recent_streams
+            base = min(pool, key=lambda w: costs[w.id]).recent_streams  # the cheapest worker's
             ahead = recent.follow_ups_per_stream
-            home = frozenset(w.id for w in pool if w.id in home and (w.recent_streams - least) * ahead < 0.5)
+            home = frozenset(w.id for w in pool if w.id in home and (w.recent_streams - base) * ahead < 0.5)
         chosen = cheapest(costs, pool, self._rng, near * unit, home, home_spread * unit)
         best = min(costs.values())
         scores = {wid: best / c for wid, c in costs.items()}
