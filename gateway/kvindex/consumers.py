@@ -22,10 +22,12 @@ import httpx
 import orjson
 
 from gateway.kvcontract.events import EventDecodeError, EventType, KVEvent, Tier, event_from_dict
+from gateway.proxy.h1 import H1Connection, H1Pool, Target, UpstreamConnectionError
 
 logger = logging.getLogger(__name__)
 
 EventsSink = Callable[[Sequence[KVEvent]], Awaitable[None]]
+CONNECT_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,9 +180,13 @@ async def _follow_once(
     on_snapshot: Callable[[BlocksSnapshot], Awaitable[None]],
     on_events: EventsSink,
 ) -> None:
-    timeout = httpx.Timeout(10.0, read=None)
-    async with client.stream("GET", f"{url.rstrip('/')}/kv/events", timeout=timeout) as resp:
-        resp.raise_for_status()
+    # The event stream runs on the gateway's own HTTP/1.1 client (gateway.proxy.h1), not httpx: its chunks
+    # arrive with every request a worker serves, and httpx's layers cost more than parsing them.
+    target = Target.parse(url)
+    conn = await H1Pool(connect_timeout_s=CONNECT_TIMEOUT_S).post(target, target.get_request(b"/kv/events"))
+    try:
+        if conn.status != 200:
+            raise UpstreamConnectionError(f"GET {url.rstrip('/')}/kv/events answered HTTP {conn.status}")
         snapshot = await fetch_snapshot(client, url)
         if snapshot.block_size != config.block_size:
             raise EventDecodeError(
@@ -188,5 +194,12 @@ async def _follow_once(
                 "start both with the same --block-size (its blocks cannot match otherwise)"
             )
         await on_snapshot(snapshot)
-        async for data in sse_data(resp.aiter_bytes()):
+        async for data in sse_data(_body(conn)):
             await on_events(parse_event_payload(data))
+    finally:
+        conn.abort()
+
+
+async def _body(conn: H1Connection) -> AsyncIterator[bytes]:
+    while chunk := await conn.read_chunk():
+        yield chunk

@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from gateway.kvcontract.events import EVENTS_STREAM, EventType, KVEvent, Tier
 from gateway.kvindex.service import KVService, KVServiceConfig, open_kv_service
 from tests.support.fake_kv_worker import FakeKVWorker
+from tests.support.procs import free_port
 from tests.support.redis_server import new_redis_server
 
 pytestmark = pytest.mark.integration
@@ -92,6 +93,31 @@ async def test_worker_with_another_block_size_is_not_indexed(client: httpx.Async
             assert gpu_blocks(service, "reg-odd", [1]) == 0
     finally:
         await odd.stop()
+
+
+async def test_a_backend_without_an_event_stream_is_retried_not_indexed(client: httpx.AsyncClient) -> None:
+    from aiohttp import web
+
+    hits: list[str] = []
+
+    async def events(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.Response(status=404, text="no such route")
+
+    app = web.Application()
+    app.router.add_get("/kv/events", events)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with open_kv_service(state_url="memory", block_size=16, client=client, config=FAST) as service:
+            service.add_worker("reg-x", f"http://127.0.0.1:{port}")
+            await eventually(lambda: len(hits) >= 3)  # answered 404, retried with backoff, never crashed
+            assert gpu_blocks(service, "reg-x", [1]) == 0
+            assert not service.workers["reg-x"].done()
+    finally:
+        await runner.cleanup()
 
 
 async def test_remove_worker_stops_the_feed_and_forgets_blocks(
