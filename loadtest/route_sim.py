@@ -14,9 +14,11 @@ the request arrives (the gateway's predictions make it see the same; other repli
 once its events arrive, which this optimistically leaves out).
 
 Run: ``python -m loadtest.route_sim [--scenarios ...] [--replicas 1,4] [--pca-params JSON] [--seeds N]
-[--trace-stride 1400]``. With ``--trace-stride``, seed k replays a different stretch of the trace: one stretch
-is a single sample, and its hit rate swings by several points on a small change of policy (one gateway
-routes it deterministically).
+[--trace-stride 1400] [--sync-lag-s 0.05] [--arrival-spread-ms 0]``. With ``--trace-stride``, seed k replays
+a different stretch of the trace: one stretch is a single sample, and its hit rate swings by several points
+on a small change of policy (one gateway routes it deterministically). ``--arrival-spread-ms`` spaces out
+requests that arrive in the same instant (the trace's bursts): with four replicas, what they gain from a
+shorter ``--sync-lag-s`` depends on it.
 """
 
 from __future__ import annotations
@@ -236,6 +238,17 @@ def window(sessions: Sequence[Session], start: int, count: int) -> tuple[list[Se
     return part, [(s.arrival_s or 0.0) - t0 for s in part]
 
 
+def spread_ties(arrivals: Sequence[float], step_s: float) -> list[float]:
+    """Arrivals with each run of equal times spread ``step_s`` apart, in order (the trace's timestamps sit on
+    a 3 s grid, so its bursts arrive in the same instant; live, a gateway takes them one after another)."""
+    out: list[float] = []
+    k = 0
+    for i, at in enumerate(arrivals):
+        k = k + 1 if i and at == arrivals[i - 1] else 0
+        out.append(at + k * step_s)
+    return out
+
+
 def mean_row(results: Sequence[SimResult]) -> tuple[float, float, float, float, float, float]:
     """Means over seeds: hit/ideal, TTFT p50 and p99 (ms), imbalance, prefill imbalance, worst imbalance."""
     n = len(results)
@@ -260,6 +273,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pca-params", default="{}", help="prefix_cache_aware params as JSON")
     ap.add_argument("--seeds", type=int, default=1, help="repeat with this many seeds (policy RNG, arrivals)")
     ap.add_argument("--sync-lag-s", type=float, default=0.05, help="when replicas see each other's routing")
+    ap.add_argument(
+        "--arrival-spread-ms",
+        type=float,
+        default=0.0,
+        help="spread requests that arrive in the same instant this far apart, in order (0: simultaneous)",
+    )
     ap.add_argument(
         "--trace-stride",
         type=int,
@@ -286,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seed_sessions, arrivals = sessions, poisson_arrivals(len(sessions), sc.rate, seed)
             else:
                 seed_sessions, arrivals = sessions, [float(s.arrival_s or 0.0) for s in sessions]
+            if args.arrival_spread_ms:
+                arrivals = spread_ties(arrivals, args.arrival_spread_ms / 1000.0)
             for pol in args.policies.split(","):
                 spec: dict[str, object] = {"type": pol}
                 if pol == "prefix_cache_aware" and params:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.route_sim import SimFleet, SimResult, mean_row, poisson_arrivals, replay, window
+from loadtest.route_sim import SimFleet, SimResult, mean_row, poisson_arrivals, replay, spread_ties, window
 from loadtest.workloads import Session, WorkloadSpec, multi_turn
 
 FLEET = SimFleet(workers=4, capacity_tokens=8192)
@@ -79,3 +79,10 @@ def test_mean_row_averages_seeds_and_keeps_the_worst_imbalance() -> None:
     assert imbalance == pytest.approx((1.0 + 1.5) / 2) and worst == pytest.approx(1.5)
     assert prefill_imb == pytest.approx((1.0 + 1.5) / 2)
     assert p50 == pytest.approx((a.ttft_p(0.5) + b.ttft_p(0.5)) * 1e3 / 2)
+
+
+def test_spread_ties_spaces_out_only_equal_arrivals_in_order() -> None:
+    assert spread_ties([0.0, 0.0, 0.0, 1.0, 2.0, 2.0], 0.001) == pytest.approx(
+        [0.0, 0.001, 0.002, 1.0, 2.0, 2.001]
+    )
+    assert spread_ties([], 0.001) == []
