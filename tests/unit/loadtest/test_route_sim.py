@@ -74,11 +74,14 @@ def test_mean_row_averages_seeds_and_keeps_the_worst_imbalance() -> None:
     for r in (a, b):
         r.ideal_hit_rate = 0.5
         r.ttfts.extend([0.01, 0.03])
-    hit, p50, _p99, imbalance, prefill_imb, worst = mean_row([a, b])
+    b.ttfts.append(0.5)  # one slow request in one seed
+    hit, p50, p99, imbalance, prefill_imb, worst, pooled = mean_row([a, b])
     assert hit == pytest.approx((1.0 + 0.5) / 2)
     assert imbalance == pytest.approx((1.0 + 1.5) / 2) and worst == pytest.approx(1.5)
     assert prefill_imb == pytest.approx((1.0 + 1.5) / 2)
     assert p50 == pytest.approx((a.ttft_p(0.5) + b.ttft_p(0.5)) * 1e3 / 2)
+    assert p99 == pytest.approx((30.0 + 500.0) / 2)  # the mean of each seed's p99
+    assert pooled == pytest.approx(500.0)  # the p99 of the five requests together
 
 
 def test_spread_ties_spaces_out_only_equal_arrivals_in_order() -> None:
