@@ -14,11 +14,11 @@ the request arrives (the gateway's predictions make it see the same; other repli
 once its events arrive, which this optimistically leaves out).
 
 Run: ``python -m loadtest.route_sim [--scenarios ...] [--replicas 1,4] [--pca-params JSON] [--seeds N]
-[--trace-stride 1400] [--sync-lag-s 0.05] [--arrival-spread-ms 0]``. With ``--trace-stride``, seed k replays
-a different stretch of the trace: one stretch is a single sample, and its hit rate swings by several points
-on a small change of policy (one gateway routes it deterministically). ``--arrival-spread-ms`` spaces out
-requests that arrive in the same instant (the trace's bursts): with four replicas, what they gain from a
-shorter ``--sync-lag-s`` depends on it.
+[--trace-stride 1400] [--trace-speedup 10] [--sync-lag-s 0.05] [--arrival-spread-ms 0]``. With
+``--trace-stride``, seed k replays a different stretch of the trace: one stretch is a single sample, and its
+hit rate swings by several points on a small change of policy (one gateway routes it deterministically).
+``--arrival-spread-ms`` spaces out requests that arrive in the same instant (the trace's bursts): with four
+replicas, what they gain from a shorter ``--sync-lag-s`` depends on it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import json
 import random
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gateway.state.memory import MemoryLoadBoard
 from gateway.state.recent import DEFAULT_HALF_LIFE_S, RecentConfig
@@ -266,9 +266,33 @@ def mean_row(results: Sequence[SimResult]) -> tuple[float, float, float, float, 
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from loadtest.bench_routing import SCENARIOS, TRACE, TRACE_OPTIONS
+def _trace_sessions(limit: int, args: argparse.Namespace) -> list[Session]:
+    """The trace's sessions at ``--trace-speedup`` (all of them when strided, else the first ``limit``)."""
+    from loadtest.bench_routing import TRACE, TRACE_OPTIONS
     from loadtest.trace import trace_sessions
+
+    opts = replace(TRACE_OPTIONS, speedup=args.trace_speedup or TRACE_OPTIONS.speedup)
+    return trace_sessions(TRACE, opts if args.trace_stride > 0 else replace(opts, limit=limit))
+
+
+def _seed_input(
+    name: str, sessions: list[Session], rate: float | None, limit: int, seed: int, args: argparse.Namespace
+) -> tuple[list[Session], list[float]]:
+    """What seed ``seed`` replays: a stretch of the trace (``--trace-stride``), Poisson arrivals at ``rate``,
+    or the sessions' own arrivals; then spread (``--arrival-spread-ms``)."""
+    if name == "trace" and args.trace_stride > 0:
+        sessions, arrivals = window(sessions, seed * args.trace_stride, limit)
+    elif rate is not None:
+        arrivals = poisson_arrivals(len(sessions), rate, seed)
+    else:
+        arrivals = [float(s.arrival_s or 0.0) for s in sessions]
+    if args.arrival_spread_ms:
+        arrivals = spread_ties(arrivals, args.arrival_spread_ms / 1000.0)
+    return sessions, arrivals
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from loadtest.bench_routing import SCENARIOS
 
     ap = argparse.ArgumentParser(prog="python -m loadtest.route_sim", description=__doc__.split("\n")[0])
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
@@ -282,6 +306,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         default=0.0,
         help="spread requests that arrive in the same instant this far apart, in order (0: simultaneous)",
+    )
+    ap.add_argument(
+        "--trace-speedup",
+        type=float,
+        default=0.0,
+        help="replay the trace this many times faster than recorded (0: the live bench's speed-up)",
     )
     ap.add_argument(
         "--trace-stride",
@@ -299,18 +329,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     means = []
     for name in args.scenarios.split(","):
         sc = SCENARIOS[name]
-        strided = name == "trace" and args.trace_stride > 0
-        sessions = trace_sessions(TRACE, TRACE_OPTIONS) if strided else sc.sessions(False)
+        sessions = _trace_sessions(sc.max_requests, args) if name == "trace" else sc.sessions(False)
         by_case: dict[tuple[str, int], list[SimResult]] = {}
         for seed in range(args.seeds):
-            if strided:
-                seed_sessions, arrivals = window(sessions, seed * args.trace_stride, sc.max_requests)
-            elif sc.rate is not None:
-                seed_sessions, arrivals = sessions, poisson_arrivals(len(sessions), sc.rate, seed)
-            else:
-                seed_sessions, arrivals = sessions, [float(s.arrival_s or 0.0) for s in sessions]
-            if args.arrival_spread_ms:
-                arrivals = spread_ties(arrivals, args.arrival_spread_ms / 1000.0)
+            seed_sessions, arrivals = _seed_input(name, sessions, sc.rate, sc.max_requests, seed, args)
             for pol in args.policies.split(","):
                 spec: dict[str, object] = {"type": pol}
                 if pol == "prefix_cache_aware" and params:
