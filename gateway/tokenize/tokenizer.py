@@ -62,12 +62,15 @@ class HFTokenizer:
         eos_token: EOS string, if the model has one.
     """
 
-    __slots__ = ("_bos", "_eos", "_eos_id", "_tok")
+    __slots__ = ("_batch", "_bos", "_eos", "_eos_id", "_tok")
 
     def __init__(
         self, tokenizer: RustTokenizer, *, bos_token: str | None = None, eos_token: str | None = None
     ):
         self._tok = tokenizer
+        # ``encode_batch_fast`` (tokenizers >= 0.20.2) skips the character offsets nothing here reads: the
+        # same ids for ~18% less CPU, even for one text (SmolLM2, ~480-token texts: 403 vs 495 µs)
+        self._batch = getattr(tokenizer, "encode_batch_fast", None) or tokenizer.encode_batch
         self._bos = bos_token
         self._eos = eos_token
         self._eos_id = tokenizer.token_to_id(eos_token) if eos_token else None
@@ -104,10 +107,10 @@ class HFTokenizer:
         return self._eos
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+        return list(self._batch([text], add_special_tokens=add_special_tokens)[0].ids)
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
-        encodings = self._tok.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        encodings = self._batch(list(texts), add_special_tokens=add_special_tokens)
         return [list(e.ids) for e in encodings]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:

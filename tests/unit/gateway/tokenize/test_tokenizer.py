@@ -72,3 +72,34 @@ def test_hf_tokenizer_survives_json_round_trip(tiny_tokenizer_path: Path) -> Non
     text = "def add(a, b):\n    return a + b\n"
     assert copy.encode(text) == tok.encode(text)
     assert copy.token_to_id("missing-token") is None
+
+
+@pytest.mark.parametrize("special", [False, True])
+def test_hf_tokenizer_ids_equal_the_libraries_full_encode(tiny_tokenizer_path: Path, special: bool) -> None:
+    # ``encode`` takes the library's offset-free batch path; the ids must be the full ``encode``'s
+    tok = HFTokenizer.from_file(tiny_tokenizer_path)
+    texts = [
+        "<|im_start|>user\nThe quick brown fox<|im_end|>\n<|im_start|>assistant\n",
+        "  leading spaces, tabs\tand\nnewlines\n\n",
+        "unicode: naïve café, 日本語, emoji 🙂",
+        "",
+    ]
+    for text in texts:
+        assert (
+            tok.encode(text, add_special_tokens=special)
+            == tok.rust.encode(text, add_special_tokens=special).ids
+        )
+    assert tok.encode_batch(texts, add_special_tokens=special) == [
+        tok.rust.encode(t, add_special_tokens=special).ids for t in texts
+    ]
+
+
+def test_hf_tokenizer_without_the_fast_batch_path_falls_back(tiny_tokenizer_path: Path) -> None:
+    rust = HFTokenizer.from_file(tiny_tokenizer_path).rust
+
+    class Older:  # a tokenizers release without encode_batch_fast
+        encode_batch = rust.encode_batch
+        token_to_id = rust.token_to_id
+
+    tok = HFTokenizer(Older())  # type: ignore[arg-type]
+    assert tok.encode("Hello world") == rust.encode("Hello world", add_special_tokens=False).ids
