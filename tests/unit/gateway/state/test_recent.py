@@ -69,7 +69,9 @@ def test_memory_board_reports_recent_load_on_its_clock() -> None:
     board.add_routed("w", 300, cached_tokens=200, placement=Placement.FOLLOW_UP)
     now[0] += 5.0
     load = board.get("w")
-    assert (load.recent_tokens, load.recent_requests, load.recent_cached_tokens) == pytest.approx((150.0, 0.5, 100.0))
+    assert (load.recent_tokens, load.recent_requests, load.recent_cached_tokens) == pytest.approx(
+        (150.0, 0.5, 100.0)
+    )
     assert (load.recent_streams, load.recent_follow_ups) == pytest.approx((0.0, 0.5))
     assert set(board.snapshot()) == {"w"}
 

@@ -117,3 +117,85 @@ def test_figures_of_other_versions_are_read_field_by_field() -> None:
     load = _sum_figures([older, newer], now=0.0, half_life_s=30.0)["w1"]
     assert (load.inflight_requests, load.recent_tokens, load.recent_requests) == (1, 150.0, 2.0)
     assert (load.recent_cached_tokens, load.recent_streams, load.recent_follow_ups) == (0.0, 1.0, 3.0)
+
+
+def test_packed_figures_are_read_by_letter() -> None:
+    import orjson
+
+    from gateway.state.redis import _sum_figures
+
+    newer = {b"epoch": b"0", b"v": orjson.dumps({"k": "rtsqxf", "w": {"w1": [1, 10, 100.0, 2.0, 9.0, 3.0]}})}
+    older = {b"epoch": b"0", b"w1\x00r": b"2", b"w1\x00t": b"5", b"w1\x00n": b"1", b"w2\x00s": b"7"}
+    figures = _sum_figures([newer, older], now=0.0, half_life_s=30.0)
+    w1 = figures["w1"]  # "x" is not a letter this version knows; "c" and "n" are missing from ``newer``
+    assert (w1.inflight_requests, w1.inflight_tokens) == (3, 15)
+    assert (w1.recent_tokens, w1.recent_requests, w1.recent_cached_tokens) == (100.0, 2.0, 0.0)
+    assert (w1.recent_streams, w1.recent_follow_ups) == (1.0, 3.0)
+    assert figures["w2"].recent_tokens == 7.0
+
+
+def test_packed_recent_sums_decay_from_their_epoch() -> None:
+    import orjson
+
+    from gateway.state.redis import _sum_figures
+
+    fields = {b"epoch": b"0", b"v": orjson.dumps({"k": "rtsq", "w": {"w1": [1, 10, 100.0, 2.0]}})}
+    load = _sum_figures([fields], now=30.0, half_life_s=30.0)["w1"]
+    assert (load.inflight_requests, load.recent_tokens, load.recent_requests) == (1, 50.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {b"epoch": b"0", b"v": b"not json"},
+        {b"epoch": b"0", b"v": b'{"w": {}}'},
+        {b"epoch": b"0", b"v": b'{"k": "rt", "w": {"w1": ["x", 1]}}'},
+        {b"epoch": b"0", b"v": b'{"k": "rt", "w": [1, 2]}'},
+        {b"epoch": b"soon", b"w1\x00r": b"1"},
+        {b"w1\x00r": b"one"},
+    ],
+)
+def test_a_malformed_hash_is_skipped_not_fatal(bad: dict[bytes, bytes]) -> None:
+    from gateway.state.redis import _sum_figures
+
+    good = {b"epoch": b"0", b"w1\x00r": b"1"}
+    assert _sum_figures([bad, good], now=0.0, half_life_s=30.0)["w1"].inflight_requests == 1
+
+
+async def test_a_replica_writes_one_field_per_figure_only_while_an_older_reader_shares_the_board(
+    redis_url: str,
+) -> None:
+    import orjson
+    from redis.asyncio import Redis
+
+    from gateway.state.redis import KEY_PREFIX
+
+    redis = Redis.from_url(redis_url)
+
+    async def own_fields_until(pred: Callable[[dict[bytes, bytes]], bool]) -> dict[bytes, bytes]:
+        for _ in range(500):
+            fields = await redis.hgetall(board.key)
+            if pred(fields):
+                return fields
+            await asyncio.sleep(0.01)
+        raise TimeoutError("condition not met")
+
+    try:
+        async with open_redis_state(redis_url, config=FAST) as one:
+            board = one.load
+            assert isinstance(board, RedisLoadBoard)
+            board.acquire("w1", 10)
+            fields = await own_fields_until(lambda f: b"v" in f and b"w1" in f[b"v"])
+            assert set(fields) == {b"epoch", b"v"}  # packed only
+            await redis.hset(KEY_PREFIX + "older", mapping={"epoch": 0, "w2\x00r": 3})  # an older replica
+            await redis.pexpire(KEY_PREFIX + "older", 300)
+            await eventually(lambda: board.get("w2").inflight_requests == 3)  # read in its layout
+            fields = await own_fields_until(lambda f: b"w1\x00r" in f)  # and written in its layout
+            assert fields[b"w1\x00r"] == b"1" and fields[b"w1\x00t"] == b"10"
+            await eventually(lambda: board.get("w2").inflight_requests == 0)  # the older replica left
+            board.acquire("w1", 5)
+            fields = await own_fields_until(lambda f: orjson.loads(f[b"v"])["w"]["w1"][:2] == [2, 15])
+            await asyncio.sleep(0.1)  # a few more syncs
+            assert (await redis.hgetall(board.key))[b"w1\x00r"] == b"1"  # no longer kept up
+    finally:
+        await redis.aclose()
