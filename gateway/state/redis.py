@@ -1,21 +1,20 @@
 """Redis state for gateway replicas: a ``LoadBoard`` whose figures are shared through Redis.
 
-Each replica counts its own in-flight work and recent routed work locally (synchronous, never waits on
-Redis) and a background task publishes those figures and pulls the other replicas'. A replica writes its
-*absolute* figures to its own hash ``kvgate:load:{replica}`` (``HSET`` + ``PEXPIRE``, one pipeline) rather
-than ``HINCRBY`` deltas: a lost write or a Redis restart then heals at the next push, and a replica that dies
+Each replica counts its own in-flight work and recent routed work locally (synchronous, never waits on Redis)
+and a background task publishes those figures and pulls the other replicas'. A replica writes its *absolute*
+figures to its own hash ``kvgate:load:{replica}`` (``HSET`` + ``PEXPIRE``, one pipeline) rather than
+``HINCRBY`` deltas: a lost write or a Redis restart then heals at the next push, and a replica that dies
 vanishes with its key's TTL instead of leaving increments behind. Fields: ``epoch`` (``gateway.state.recent``)
 and ``v``, every figure packed in one JSON value, ``{"k": "rtsqcnf", "w": {worker: [r, t, s, q, c, n, f]}}``:
 in-flight requests / tokens, then the decayed sums of routed tokens / requests / predicted cached prompt
 tokens / new streams / follow-ups relative to ``epoch``; ``k`` names the positions. A pull parses one value
-per replica instead of one Redis field per figure: a sync's client CPU with 8 workers and 4 replicas is
-0.3 ms packed vs 1.3 ms with a field per figure, and with 64 workers and 8 replicas 1.1 vs 18.7 ms (37% of
-a core at 20 syncs/s). Replicas of other
-versions share the board: a reader ignores letters it does not know and reads missing ones as 0, and it
-still reads the older layout (one field per figure, ``{worker}\0{letter}``); while it sees a replica that
-writes that layout (and so reads only it), it writes its own figures that way too. Redis down: the
-board answers local figures only, ``degraded`` is set, a warning is logged once per interval, and it
-recovers by itself.
+per replica instead of one Redis field per figure: a sync's client CPU with 8 workers and 4 replicas is 0.3 ms
+packed vs 1.3 ms with a field per figure, and with 64 workers and 8 replicas 1.1 vs 18.7 ms (37% of a core at
+20 syncs/s). Replicas of other versions share the board: a reader ignores letters it does not know and reads
+missing ones as 0, and it still reads the older layout (one field per figure, ``{worker}\0{letter}``); while
+it sees a replica that writes that layout (and so reads only it), it writes its own figures that way too.
+Redis down: the board answers local figures only, ``degraded`` is set, a warning is logged once per interval,
+and it recovers by itself.
 
 The KV index's Redis side lives in ``gateway/kvindex/`` (stream and relays), not here.
 """
@@ -193,7 +192,10 @@ class RedisLoadBoard:
                 pipe.hgetall(key)
             hashes = cast("list[dict[bytes, bytes]]", (await pipe.execute())[2:])
         now = self._recent.now()
-        self._others = _sum_figures(hashes, now, self._recent.half_life_s)
+        self._others, bad = _sum_figures(hashes, now, self._recent.half_life_s)
+        if bad and self._clock() - self._last_warning >= self.config.warn_interval_s:
+            self._last_warning = self._clock()
+            logger.warning("ignoring %d malformed load figure hash(es) of other replicas", bad)
         self._older_readers = any(h and _PACKED not in h for h in hashes)
         live = [key for key, h in zip(others, hashes, strict=True) if h]  # a gone replica's key reads empty
         self._num_others = len(live)
@@ -229,7 +231,7 @@ def _figures_of(fields: dict[bytes, bytes]) -> dict[str, list[float]]:
     either layout; unknown letters are ignored and missing ones read 0.
 
     Raises:
-        ValueError: the hash is malformed.
+        ValueError, TypeError, KeyError, AttributeError: the hash is malformed.
     """
     out: dict[str, list[float]] = {}
     packed = fields.get(_PACKED)
@@ -249,16 +251,19 @@ def _figures_of(fields: dict[bytes, bytes]) -> dict[str, list[float]]:
     return out
 
 
-def _sum_figures(hashes: list[dict[bytes, bytes]], now: float, half_life_s: float) -> dict[str, WorkerLoad]:
-    """Other replicas' figures summed per worker; recent sums evaluated at ``now``. A malformed hash (a
-    replica with a bug) is skipped, with a warning, rather than failing the sync."""
+def _sum_figures(
+    hashes: list[dict[bytes, bytes]], now: float, half_life_s: float
+) -> tuple[dict[str, WorkerLoad], int]:
+    """Other replicas' figures summed per worker, recent sums evaluated at ``now``; and how many hashes were
+    malformed (a replica with a bug) and skipped rather than failing the sync."""
     totals: dict[str, list[float]] = {}
+    bad = 0
     for fields in hashes:
         try:
             epoch = float(fields.get(_EPOCH, b"0"))
             figures = _figures_of(fields)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            logger.warning("ignoring a malformed load figure hash: %s", exc)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            bad += 1
             continue
         keep = decayed(1.0, epoch, now, half_life_s)
         for worker, values in figures.items():
@@ -267,7 +272,7 @@ def _sum_figures(hashes: list[dict[bytes, bytes]], now: float, half_life_s: floa
             row[1] += values[1]
             for i in range(2, len(_LETTERS)):
                 row[i] += values[i] * keep
-    return {w: WorkerLoad(int(v[0]), int(v[1]), *v[2:]) for w, v in totals.items()}
+    return {w: WorkerLoad(int(v[0]), int(v[1]), *v[2:]) for w, v in totals.items()}, bad
 
 
 @contextlib.asynccontextmanager

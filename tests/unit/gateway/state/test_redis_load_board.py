@@ -114,7 +114,7 @@ def test_figures_of_other_versions_are_read_field_by_field() -> None:
     assert len(_RECENT_FIELDS) == len(SLOTS)
     older = {b"epoch": b"0", b"w1\x00r": b"1", b"w1\x00s": b"100", b"w1\x00q": b"2"}  # no c, n, f fields
     newer = {b"epoch": b"0", b"w1\x00s": b"50", b"w1\x00n": b"1", b"w1\x00f": b"3", b"w1\x00z": b"9"}
-    load = _sum_figures([older, newer], now=0.0, half_life_s=30.0)["w1"]
+    load = _sum_figures([older, newer], now=0.0, half_life_s=30.0)[0]["w1"]
     assert (load.inflight_requests, load.recent_tokens, load.recent_requests) == (1, 150.0, 2.0)
     assert (load.recent_cached_tokens, load.recent_streams, load.recent_follow_ups) == (0.0, 1.0, 3.0)
 
@@ -126,7 +126,8 @@ def test_packed_figures_are_read_by_letter() -> None:
 
     newer = {b"epoch": b"0", b"v": orjson.dumps({"k": "rtsqxf", "w": {"w1": [1, 10, 100.0, 2.0, 9.0, 3.0]}})}
     older = {b"epoch": b"0", b"w1\x00r": b"2", b"w1\x00t": b"5", b"w1\x00n": b"1", b"w2\x00s": b"7"}
-    figures = _sum_figures([newer, older], now=0.0, half_life_s=30.0)
+    figures, bad = _sum_figures([newer, older], now=0.0, half_life_s=30.0)
+    assert bad == 0
     w1 = figures["w1"]  # "x" is not a letter this version knows; "c" and "n" are missing from ``newer``
     assert (w1.inflight_requests, w1.inflight_tokens) == (3, 15)
     assert (w1.recent_tokens, w1.recent_requests, w1.recent_cached_tokens) == (100.0, 2.0, 0.0)
@@ -140,7 +141,7 @@ def test_packed_recent_sums_decay_from_their_epoch() -> None:
     from gateway.state.redis import _sum_figures
 
     fields = {b"epoch": b"0", b"v": orjson.dumps({"k": "rtsq", "w": {"w1": [1, 10, 100.0, 2.0]}})}
-    load = _sum_figures([fields], now=30.0, half_life_s=30.0)["w1"]
+    load = _sum_figures([fields], now=30.0, half_life_s=30.0)[0]["w1"]
     assert (load.inflight_requests, load.recent_tokens, load.recent_requests) == (1, 50.0, 1.0)
 
 
@@ -159,7 +160,8 @@ def test_a_malformed_hash_is_skipped_not_fatal(bad: dict[bytes, bytes]) -> None:
     from gateway.state.redis import _sum_figures
 
     good = {b"epoch": b"0", b"w1\x00r": b"1"}
-    assert _sum_figures([bad, good], now=0.0, half_life_s=30.0)["w1"].inflight_requests == 1
+    figures, skipped = _sum_figures([bad, good], now=0.0, half_life_s=30.0)
+    assert figures["w1"].inflight_requests == 1 and skipped == 1
 
 
 async def test_a_replica_writes_one_field_per_figure_only_while_an_older_reader_shares_the_board(
