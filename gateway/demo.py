@@ -129,10 +129,18 @@ PY
 """
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # SIGTERM (kill, docker stop, systemd) must stop the workers too. uvicorn handles it during ``serve``
+    # and then raises it again once the gateway has shut down: without a handler of ours, that second one
+    # would end the process before the ``finally`` below stops the workers.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     *worker_ports, spare = free_ports(3)
     port = args.port if _port_free(args.port) else spare
     urls = [f"http://127.0.0.1:{p}" for p in worker_ports]

@@ -1,4 +1,4 @@
-"""``kvgate demo``: the printed curl command and openai snippet work; Ctrl-C stops the workers too."""
+"""``kvgate demo``: the printed curl command and openai snippet work; Ctrl-C or SIGTERM stops the workers too."""
 
 from __future__ import annotations
 
@@ -45,4 +45,24 @@ def test_demo_prints_working_commands_and_stops_its_workers(tmp_path: Path) -> N
     finally:
         stop_process(demo)
     assert len(workers) == 2
+    assert not any(http_ok(f"{url}/health") for url in workers)
+
+
+def test_sigterm_stops_the_demos_workers_too(tmp_path: Path) -> None:
+    log = tmp_path / "demo.log"
+    demo = start_process(kvgate_cmd("demo", "--sim", "--port", str(free_port())), log=log)
+    try:
+        wait_until(lambda: "gateway on http" in log.read_text() or demo.poll() is not None, timeout_s=120)
+        found = re.search(r"gateway on (http://127\.0\.0\.1:\d+)", log.read_text())
+        assert found is not None, log.read_text()
+        base = found.group(1)
+        wait_until(lambda: http_ok(f"{base}/ready") or demo.poll() is not None, timeout_s=60)
+        assert demo.poll() is None, log.read_text()
+        workers = [w["url"] for w in httpx.get(f"{base}/admin/workers").json()["workers"]]
+        assert len(workers) == 2 and all(http_ok(f"{url}/health") for url in workers)
+        os.kill(demo.pid, signal.SIGTERM)  # what kill, docker stop and systemd send
+        demo.wait(30)
+    finally:
+        stop_process(demo)
+    assert demo.returncode != 0  # ended by the signal, and says so
     assert not any(http_ok(f"{url}/health") for url in workers)
