@@ -18,19 +18,24 @@ from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, s
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 
+def _ready_demo(demo: subprocess.Popen[bytes], log: Path, timeout_s: float) -> tuple[str, list[str]]:
+    """The gateway URL the demo printed (it picks another port when the asked one is taken) and its
+    workers, once it is ready."""
+    wait_until(lambda: "gateway on http" in log.read_text() or demo.poll() is not None, timeout_s=timeout_s)
+    found = re.search(r"gateway on (http://127\.0\.0\.1:\d+)", log.read_text())
+    assert found is not None, log.read_text()
+    base = found.group(1)
+    wait_until(lambda: http_ok(f"{base}/ready") or demo.poll() is not None, timeout_s=60)
+    assert demo.poll() is None, log.read_text()
+    return base, [w["url"] for w in httpx.get(f"{base}/admin/workers").json()["workers"]]
+
+
 def test_demo_prints_working_commands_and_stops_its_workers(tmp_path: Path) -> None:
     log = tmp_path / "demo.log"
     demo = start_process(kvgate_cmd("demo", "--port", str(free_port())), log=log)
     try:
-        # The demo picks another port when the asked one is taken: read the one it printed.
-        wait_until(lambda: "gateway on http" in log.read_text() or demo.poll() is not None, timeout_s=300)
-        found = re.search(r"gateway on (http://127\.0\.0\.1:\d+)", log.read_text())
-        assert found is not None, log.read_text()
-        base = found.group(1)
-        wait_until(lambda: http_ok(f"{base}/ready") or demo.poll() is not None, timeout_s=60)
+        _, workers = _ready_demo(demo, log, timeout_s=300)
         text = log.read_text()
-        assert demo.poll() is None, text
-        workers = [w["url"] for w in httpx.get(f"{base}/admin/workers").json()["workers"]]
         curl = re.search(r"^  (curl .*?)\n\n", text, flags=re.S | re.M)
         snippet = re.search(r"<<'PY'\n(.*?)\nPY", text, flags=re.S)
         assert curl is not None and snippet is not None, text
@@ -52,13 +57,7 @@ def test_sigterm_stops_the_demos_workers_too(tmp_path: Path) -> None:
     log = tmp_path / "demo.log"
     demo = start_process(kvgate_cmd("demo", "--sim", "--port", str(free_port())), log=log)
     try:
-        wait_until(lambda: "gateway on http" in log.read_text() or demo.poll() is not None, timeout_s=120)
-        found = re.search(r"gateway on (http://127\.0\.0\.1:\d+)", log.read_text())
-        assert found is not None, log.read_text()
-        base = found.group(1)
-        wait_until(lambda: http_ok(f"{base}/ready") or demo.poll() is not None, timeout_s=60)
-        assert demo.poll() is None, log.read_text()
-        workers = [w["url"] for w in httpx.get(f"{base}/admin/workers").json()["workers"]]
+        _, workers = _ready_demo(demo, log, timeout_s=120)
         assert len(workers) == 2 and all(http_ok(f"{url}/health") for url in workers)
         os.kill(demo.pid, signal.SIGTERM)  # what kill, docker stop and systemd send
         demo.wait(30)
