@@ -50,6 +50,7 @@ _PACKED: Final = b"v"
 _RECENT_FIELDS: Final = ("s", "q", "c", "n", "f")  # field kinds of the recent sums, in ``SLOTS`` order
 _LETTERS: Final = "rt" + "".join(_RECENT_FIELDS)  # a worker's figures in ``v``, in this order
 _SLOT_OF: Final = {kind: i for i, kind in enumerate(_LETTERS)}
+_NO_SUMS: Final = (0.0,) * len(_RECENT_FIELDS)  # a row's recent sums before any request (r and t stay ints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +176,9 @@ class RedisLoadBoard:
             self._discovered_at = self._clock()
         self._recent.now()  # rebase before publishing
         async with self._redis.pipeline(transaction=False) as pipe:
-            figures: dict[str, list[float]] = {w: [c[0], c[1], 0, 0, 0, 0, 0] for w, c in self._own.items()}
+            figures: dict[str, list[float]] = {w: [*c, *_NO_SUMS] for w, c in self._own.items()}
             for w, sums in self._recent.items():
-                figures.setdefault(w, [0, 0, 0, 0, 0, 0, 0])[2:] = sums
+                figures.setdefault(w, [0, 0, *_NO_SUMS])[2:] = sums
             # written even with no figures yet: the key is also this replica's presence (``replicas``)
             mapping: dict[str, float | bytes] = {
                 _EPOCH.decode(): self._recent.epoch,
