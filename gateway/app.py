@@ -28,7 +28,7 @@ from gateway.errors import KvgateError
 from gateway.observability.loop_lag import watch_loop_lag
 from gateway.reload import WorkerSource, reload
 from gateway.settings import Settings
-from gateway.tokenize.analyzer import Endpoint
+from kvgate_core.tokenize.request_prompt import Endpoint
 
 logger = logging.getLogger(__name__)
 

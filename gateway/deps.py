@@ -8,36 +8,39 @@ Background loops (health checks) are started by the lifespan in ``gateway.app``,
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 import httpx
 
+from gateway.analyze.analyzer import PromptAnalyzer
+from gateway.analyze.factory import build_analyzer as build_prompt_analyzer
 from gateway.errors import ConfigError
 from gateway.fleet.health import HealthChecker
 from gateway.fleet.pools import PoolBalancer, build_balancer
 from gateway.fleet.registry import Fleet, WorkerRecord
+from gateway.kvindex.approximate import ApproximateIndexConfig
 from gateway.kvindex.feedback import PrefixFeedback
 from gateway.kvindex.index import KVIndex
+from gateway.kvindex.service import KVServiceConfig, open_kv_service
 from gateway.observability.metrics import Metrics
 from gateway.proxy.forward import Proxy
-from gateway.proxy.h1 import H1Getter, H1Pool
 from gateway.proxy.upstream import open_upstream
 from gateway.routing.parity_gate import parity_reports, refuse_precise
 from gateway.routing.router import Router
 from gateway.settings import Settings
-from gateway.state.factory import State, open_state
-from gateway.state.protocols import LoadBoard
+from gateway.state.factory import open_state
+from gateway.state.protocols import LoadBoard, State
 from gateway.state.recent import RecentConfig
-from gateway.tokenize.analyzer import PromptAnalyzer
+from kvgate_core.h1 import H1Getter, H1Pool
 from policies.api import Need, Policy, PolicyContext
+from policies.registry import build_policy as build_registered_policy
 
 logger = logging.getLogger(__name__)
 
@@ -106,13 +109,12 @@ def build_policy(settings: Settings, clock: Callable[[], float], load: LoadBoard
     Raises:
         ConfigError: the policy is unknown or its parameters are wrong (the message lists what exists).
     """
-    registry: Any = importlib.import_module("policies.registry")
     # Seeded per process: replicas sharing one seed would break ties identically and herd.
     ctx = PolicyContext(clock=clock, rng=random.Random(), block_size=settings.block_size)
     if load is not None:
         ctx = dataclasses.replace(ctx, replicas=load.replicas, replica_rank=load.rank)
     try:
-        policy: Policy = registry.build_policy(settings.policy, ctx)
+        policy = build_registered_policy(settings.policy, ctx)
     except ValueError as exc:
         raise ConfigError(f"--policy: {exc}") from exc
     return policy
@@ -130,8 +132,7 @@ async def build_analyzer(
         return None
     if settings.tokenizer == "none":
         raise ConfigError(f"policy {policy.name!r} needs prompt tokens; give --tokenizer auto|bytes|PATH")
-    factory: Any = importlib.import_module("gateway.tokenize.factory")
-    analyzer: PromptAnalyzer | None = await factory.build_analyzer(
+    analyzer = await build_prompt_analyzer(
         settings.tokenizer,
         block_size=settings.block_size,
         worker_urls=[w.url for w in settings.workers],
@@ -148,12 +149,10 @@ async def build_analyzer(
 def _open_kv(
     settings: Settings, client: httpx.AsyncClient, clock: Callable[[], float]
 ) -> AbstractAsyncContextManager[KVService]:
-    module: Any = importlib.import_module("gateway.kvindex.service")
     config = None
     if settings.kv_index == "approximate":
-        approx: Any = importlib.import_module("gateway.kvindex.approximate")
-        config = module.KVServiceConfig(approximate=approx.ApproximateIndexConfig())
-    cm: AbstractAsyncContextManager[KVService] = module.open_kv_service(
+        config = KVServiceConfig(approximate=ApproximateIndexConfig())
+    cm: AbstractAsyncContextManager[KVService] = open_kv_service(
         state_url=settings.state_url,
         block_size=settings.block_size,
         client=client,

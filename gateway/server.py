@@ -16,12 +16,12 @@ from gateway.app import create_app
 from gateway.deps import build_policy
 from gateway.errors import ConfigError
 from gateway.observability.logging import configure as configure_logging
-from gateway.observability.tracing import build_tracer_provider
 from gateway.reload import WorkerSource
-from gateway.security.asgi import ASGIApp
 from gateway.security.setup import SecuritySettings, add_security_arguments, security_from_args, wrap_app
-from gateway.settings import DEFAULT_POLICY, Settings, Timeouts, WorkerSpec, from_args
-from gateway.state.recent import DEFAULT_HALF_LIFE_S
+from gateway.settings import DEFAULT_HALF_LIFE_S, DEFAULT_POLICY, Settings, Timeouts, WorkerSpec, from_args
+from kvgate_core.asgi import ASGIApp
+from kvgate_core.config import parse_layered
+from kvgate_core.tracing import build_tracer_provider
 
 logger = logging.getLogger(__name__)
 
@@ -89,9 +89,10 @@ def _worker_source(argv: Sequence[str]) -> WorkerSource:
     """Re-parse the gateway's sources (flags, env, ``--config`` file) for the worker list."""
 
     def source() -> tuple[WorkerSpec, ...]:
-        from gateway.cli import parse
-
-        return from_args(parse(list(argv), os.environ)).workers
+        parser = argparse.ArgumentParser(prog="kvgate gateway")
+        parser.add_argument("--config")
+        add_arguments(parser)
+        return from_args(parse_layered(parser, list(argv)[1:], os.environ)).workers
 
     return source
 

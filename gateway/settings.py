@@ -1,6 +1,6 @@
 """Gateway settings: frozen values parsed once from the CLI namespace, validated at startup.
 
-The layering of sources (defaults < YAML < ``KVGATE_*`` < flags) is done by ``gateway.cli``; this module
+The layering of sources (defaults < YAML < ``KVGATE_*`` < flags) is done by ``kvgate.cli``; this module
 turns the merged namespace into typed values and rejects bad ones with a ``ConfigError`` that says what
 to change. Nothing here reads the environment.
 """
@@ -9,17 +9,62 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
 from gateway.errors import ConfigError
-from gateway.state.recent import DEFAULT_HALF_LIFE_S
 from policies.api import Role
 
 DEFAULT_POLICY = "prefix_cache_aware"
+
+
+#: Half-life of the recent routed load that policies read (``gateway.state.recent``).
+DEFAULT_HALF_LIFE_S: Final = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSettings:
+    """Thresholds of the balancer (``--role-pools "ratio=2,dwell_s=10,…"``; ``off`` disables it)."""
+
+    enabled: bool = True
+    ratio: float = 2.0
+    min_pressure: float = 1.0
+    dwell_s: float = 10.0
+    prefill_slots: float = 2.0
+    decode_slots: float = 16.0
+    min_pool: int = 1
+    interval_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.ratio < 1 or self.min_pressure <= 0 or self.dwell_s < 0 or self.interval_s <= 0:
+            raise ValueError("role pools: ratio >= 1, min_pressure > 0, dwell_s >= 0, interval_s > 0")
+        if self.prefill_slots <= 0 or self.decode_slots <= 0 or self.min_pool < 1:
+            raise ValueError("role pools: slots must be > 0 and min_pool >= 1")
+
+
+def parse_pool_settings(spec: str) -> PoolSettings:
+    """``"off"``, ``"on"``/``"auto"``/``""`` (defaults) or ``"key=value,…"`` over ``PoolSettings``' fields.
+
+    Raises:
+        ValueError: an unknown key or a bad value.
+    """
+    spec = spec.strip()
+    if spec == "off":
+        return PoolSettings(enabled=False)
+    if spec in ("", "on", "auto"):
+        return PoolSettings()
+    types = {f.name: f.type for f in fields(PoolSettings) if f.name != "enabled"}
+    values: dict[str, Any] = {}
+    for item in spec.split(","):
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        if key not in types:
+            raise ValueError(f"role pools: unknown setting {key!r}; known: {', '.join(sorted(types))}")
+        values[key] = int(raw) if types[key] == "int" else float(raw)
+    return PoolSettings(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +225,6 @@ def _kv_index(mode: str) -> str:
 
 
 def _role_pools(spec: str) -> str:
-    from gateway.fleet.pools import parse_pool_settings
-
     try:
         parse_pool_settings(spec)
     except ValueError as exc:

@@ -13,9 +13,9 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
-from gateway.kvcontract.events import EventType, KVEvent, Tier
 from gateway.kvindex.approximate import ApproximateKVIndex
 from gateway.kvindex.memory import MemoryIndexConfig, MemoryKVIndex
+from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
 
 
 def _stored(worker: str, hashes: Sequence[int], tier: Tier = Tier.GPU) -> KVEvent:

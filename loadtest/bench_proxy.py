@@ -34,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from gateway.demo import free_ports
+from kvgate_core.net import free_ports
 from loadtest.fleet import free_port
 
 _COMPLETION = json.dumps({
@@ -200,7 +200,7 @@ def _start_fleet(kind: str, num_workers: int, logs: Path, gateway_args: Sequence
     ports = free_ports(num_workers)
     for i, port in enumerate(ports):
         if kind == "sim":
-            cmd = [py, "-m", "gateway.cli", "worker", "--sim", "--host", "127.0.0.1", "--port", str(port),
+            cmd = [py, "-m", "kvgate.cli", "worker", "--sim", "--host", "127.0.0.1", "--port", str(port),
                    "--model-name", "mock", "--prefill-tps", "1e9", "--decode-tps", "1e9"]  # fmt: skip
         else:
             cmd = [py, "-m", "loadtest.bench_proxy", "--serve-mock", str(port)]
@@ -212,7 +212,7 @@ def _start_fleet(kind: str, num_workers: int, logs: Path, gateway_args: Sequence
         _stop(procs)
         raise
     gw_port = free_port()
-    gw_cmd = [py, "-m", "gateway.cli", "gateway", "--port", str(gw_port), "--policy", "round_robin",
+    gw_cmd = [py, "-m", "kvgate.cli", "gateway", "--port", str(gw_port), "--policy", "round_robin",
               "--tokenizer", "none", *[f"--worker=http://127.0.0.1:{p}" for p in ports],
               *gateway_args]  # fmt: skip
     gateway = _spawn(gw_cmd, logs / "gateway.log")

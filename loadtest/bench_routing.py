@@ -37,8 +37,8 @@ from pathlib import Path
 
 import httpx
 
-from gateway.tokenize.analyzer import Endpoint
-from gateway.tokenize.bundle import byte_bundle
+from kvgate_core.tokenize.bundle import byte_bundle
+from kvgate_core.tokenize.request_prompt import Endpoint
 from loadtest.driver import DriverConfig, RequestRecord, RunResult, run_load
 from loadtest.fleet import Fleet, FleetSpec, launch
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks

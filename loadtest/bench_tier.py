@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.kvcontract.wire import BlockLayout, BlockMeta, pack_block
+from kvgate_core.kvcontract.wire import BlockLayout, BlockMeta, pack_block
 from workers.kvtier.protocols import WritableTier
 from workers.kvtier.redis_tier import RedisTier, RedisTierConfig
 from workers.kvtier.ssd_tier import SsdTier, SsdTierConfig

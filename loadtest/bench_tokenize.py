@@ -20,12 +20,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.kvcontract.hashing import chain_hashes, root_hash
-from gateway.tokenize.analyzer import Endpoint
-from gateway.tokenize.bundle import TokenizerBundle, load_gguf_bundle
-from gateway.tokenize.prefix_cache import PrefixTokenCache
-from gateway.tokenize.prompt import TokenizingAnalyzer
-from gateway.tokenize.request_prompt import parse_chat
+from gateway.analyze.prefix_cache import PrefixTokenCache
+from gateway.analyze.prompt import TokenizingAnalyzer
+from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
+from kvgate_core.tokenize.bundle import TokenizerBundle, load_gguf_bundle
+from kvgate_core.tokenize.request_prompt import Endpoint, parse_chat
 
 _TEXT = """the of and to in is that for it as was with be by on not he this are or his from at which but have
 an they you were her she there been one all we their has would when if so no will more can out other into some

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from gateway.demo import free_ports
+from kvgate_core.net import free_ports
 
 HOST = "127.0.0.1"
 
@@ -63,7 +63,7 @@ def free_port() -> int:
 
 
 def _kvgate(*args: str) -> list[str]:
-    return [sys.executable, "-m", "gateway.cli", *args]
+    return [sys.executable, "-m", "kvgate.cli", *args]
 
 
 def _start(fleet: Fleet, cmd: Sequence[str], log: Path) -> subprocess.Popen[bytes]:

@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from gateway.kvcontract.hashing import DEFAULT_BLOCK_SIZE, chain_hashes, root_hash
-from gateway.tokenize.analyzer import Endpoint
-from gateway.tokenize.bundle import TokenizerBundle
-from gateway.tokenize.request_prompt import parse_prompt
+from kvgate_core.kvcontract.hashing import DEFAULT_BLOCK_SIZE, chain_hashes, root_hash
+from kvgate_core.tokenize.bundle import TokenizerBundle
+from kvgate_core.tokenize.request_prompt import Endpoint, parse_prompt
 from workers.engine.block_manager import BlockManager
 
 

@@ -31,10 +31,11 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from gateway.settings import DEFAULT_HALF_LIFE_S
 from gateway.state.memory import MemoryLoadBoard
-from gateway.state.recent import DEFAULT_HALF_LIFE_S, RecentConfig
-from gateway.tokenize.analyzer import Endpoint
-from gateway.tokenize.bundle import byte_bundle
+from gateway.state.recent import RecentConfig
+from kvgate_core.tokenize.bundle import byte_bundle
+from kvgate_core.tokenize.request_prompt import Endpoint
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
 from loadtest.workloads import Session
 from policies.api import Observer, Policy, PolicyContext, RouteRequest, WorkerId, WorkerView

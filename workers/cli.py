@@ -12,7 +12,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gateway.kvcontract.hashing import DEFAULT_BLOCK_SIZE
+from kvgate_core.kvcontract.hashing import DEFAULT_BLOCK_SIZE
 
 if TYPE_CHECKING:
     from workers.engine_api import Engine
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
     app: Any = create_app(engine)
     if args.otlp_endpoint:
-        from gateway.observability.tracing import TracingMiddleware, build_tracer_provider
+        from kvgate_core.tracing import TracingMiddleware, build_tracer_provider
 
         provider = build_tracer_provider("kvgate-worker", otlp_endpoint=args.otlp_endpoint)
         app = TracingMiddleware(app, provider.get_tracer("kvgate.worker"))
@@ -88,7 +88,7 @@ class _MissingEngineError(Exception):
 
 
 def _build_sim(args: argparse.Namespace) -> Engine:
-    from gateway.tokenize.bundle import byte_bundle, load_bundle
+    from kvgate_core.tokenize.bundle import byte_bundle, load_bundle
     from workers.sim.engine import DEFAULT_MODEL, SimConfig, SimEngine
     from workers.sim.scheduler import SimTiming
 

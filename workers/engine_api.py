@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final, Protocol
 
-from gateway.kvcontract.events import KVEvent
+from kvgate_core.kvcontract.events import KVEvent
 
 if TYPE_CHECKING:
-    from gateway.tokenize.bundle import TokenizerBundle
+    from kvgate_core.tokenize.bundle import TokenizerBundle
 
 DEFAULT_EVENT_QUEUE: Final = 65_536
 
@@ -75,7 +75,8 @@ class GenerationRequest:
     """One sequence to generate.
 
     ``extra_keys`` (LoRA name, cache salt, tenant) are folded into the KV hash chain's root together with
-    ``model`` (``gateway.kvcontract.hashing.root_hash``), so prompts under different keys never share blocks.
+    ``model`` (``kvgate_core.kvcontract.hashing.root_hash``), so prompts under different keys never share
+    blocks.
     """
 
     request_id: str

@@ -16,7 +16,7 @@ from gateway.openai.schema import parse_request
 from gateway.routing.parity_gate import parity_reports, reports_json
 from gateway.routing.router import Explanation
 from gateway.settings import parse_worker
-from gateway.tokenize.analyzer import Endpoint
+from kvgate_core.tokenize.request_prompt import Endpoint
 
 
 def _json(data: Any, status: int = 200) -> Response:

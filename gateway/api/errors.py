@@ -9,7 +9,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.errors import KvgateError, error_body
-from gateway.proxy.responses import JSON_TYPE, Send, send_whole
+from gateway.proxy.responses import JSON_TYPE, send_whole
+from kvgate_core.asgi import Send
 
 logger = logging.getLogger(__name__)
 

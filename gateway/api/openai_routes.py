@@ -16,8 +16,8 @@ from starlette.responses import Response
 from gateway.api.errors import send_error, unexpected
 from gateway.errors import BodyTooLarge, InvalidRequest, KvgateError, UnsupportedMediaType
 from gateway.openai.schema import parse_request
-from gateway.proxy.responses import Receive, Send
-from gateway.tokenize.analyzer import Endpoint
+from kvgate_core.asgi import Receive, Send
+from kvgate_core.tokenize.request_prompt import Endpoint
 
 if TYPE_CHECKING:
     from gateway.deps import Deps

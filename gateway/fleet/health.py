@@ -57,7 +57,7 @@ class HealthChecker:
 
     Args:
         fleet: the registry to update.
-        get: the probes' HTTP GET (``gateway.proxy.h1.H1Getter`` on its own pool).
+        get: the probes' HTTP GET (``kvgate_core.h1.H1Getter`` on its own pool).
         load: in-flight accounting, to know when a draining worker is idle.
         interval_s: time between rounds; each probe's deadline is the same.
         on_removed: called with a worker id after a drained worker is removed.

@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from gateway.settings import PoolSettings, parse_pool_settings
 from policies.api import Role
 
 if TYPE_CHECKING:
@@ -33,48 +34,6 @@ if TYPE_CHECKING:
     from gateway.state.protocols import LoadBoard
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class PoolSettings:
-    """Thresholds of the balancer (``--role-pools "ratio=2,dwell_s=10,…"``; ``off`` disables it)."""
-
-    enabled: bool = True
-    ratio: float = 2.0
-    min_pressure: float = 1.0
-    dwell_s: float = 10.0
-    prefill_slots: float = 2.0
-    decode_slots: float = 16.0
-    min_pool: int = 1
-    interval_s: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.ratio < 1 or self.min_pressure <= 0 or self.dwell_s < 0 or self.interval_s <= 0:
-            raise ValueError("role pools: ratio >= 1, min_pressure > 0, dwell_s >= 0, interval_s > 0")
-        if self.prefill_slots <= 0 or self.decode_slots <= 0 or self.min_pool < 1:
-            raise ValueError("role pools: slots must be > 0 and min_pool >= 1")
-
-
-def parse_pool_settings(spec: str) -> PoolSettings:
-    """``"off"``, ``"on"``/``"auto"``/``""`` (defaults) or ``"key=value,…"`` over ``PoolSettings``' fields.
-
-    Raises:
-        ValueError: an unknown key or a bad value.
-    """
-    spec = spec.strip()
-    if spec == "off":
-        return PoolSettings(enabled=False)
-    if spec in ("", "on", "auto"):
-        return PoolSettings()
-    types = {f.name: f.type for f in fields(PoolSettings) if f.name != "enabled"}
-    values: dict[str, Any] = {}
-    for item in spec.split(","):
-        key, _, raw = item.partition("=")
-        key = key.strip()
-        if key not in types:
-            raise ValueError(f"role pools: unknown setting {key!r}; known: {', '.join(sorted(types))}")
-        values[key] = int(raw) if types[key] == "int" else float(raw)
-    return PoolSettings(**values)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,10 +13,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.kvcontract.events import EventType, KVEvent, Tier
 from gateway.kvindex.index import PrefixHit
 from gateway.kvindex.prefix_scan import prefix_hits
 from gateway.kvindex.worker_bits import WorkerBits
+from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import orjson
 
-from gateway.kvcontract.events import EventDecodeError, EventType, KVEvent, Tier, event_from_dict
-from gateway.proxy.h1 import H1Connection, H1Pool, Target, UpstreamConnectionError
+from kvgate_core.h1 import H1Connection, H1Pool, Target, UpstreamConnectionError
+from kvgate_core.kvcontract.events import EventDecodeError, EventType, KVEvent, Tier, event_from_dict
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ async def _follow_once(
     on_snapshot: Callable[[BlocksSnapshot], Awaitable[None]],
     on_events: EventsSink,
 ) -> None:
-    # The event stream runs on the gateway's own HTTP/1.1 client (gateway.proxy.h1), not httpx: its chunks
+    # The event stream runs on the gateway's own HTTP/1.1 client (kvgate_core.h1), not httpx: its chunks
     # arrive with every request a worker serves, and httpx's layers cost more than parsing them.
     target = Target.parse(url)
     conn = await H1Pool(connect_timeout_s=CONNECT_TIMEOUT_S).post(target, target.get_request(b"/kv/events"))

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.kvcontract.events import KVEvent
+from kvgate_core.kvcontract.events import KVEvent
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,11 +13,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.kvcontract.events import EventType, KVEvent, Tier
 from gateway.kvindex.index import PrefixHit
 from gateway.kvindex.prediction import PredictionTable
 from gateway.kvindex.prefix_scan import MaskGetter, prefix_hits
 from gateway.kvindex.worker_bits import WorkerBits
+from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
 
 _TIER_BITS: dict[Tier, int] = {Tier.DRAM: 1, Tier.SSD: 2}
 

@@ -24,7 +24,6 @@ import httpx
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.kvcontract.events import KVEvent
 from gateway.kvindex.consumers import BlocksSnapshot, EventsSink, FeedConfig, fetch_snapshot, run_worker_feed
 from gateway.kvindex.shared_predictions import ROUTED_STREAM, Routed, decode_routed, encode_routed
 from gateway.kvindex.stream import (
@@ -35,6 +34,7 @@ from gateway.kvindex.stream import (
     raise_if_cancelling,
     release_relay,
 )
+from kvgate_core.kvcontract.events import KVEvent
 
 logger = logging.getLogger(__name__)
 

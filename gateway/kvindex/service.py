@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from gateway.kvcontract.events import KVEvent
 from gateway.kvindex.approximate import ApproximateIndexConfig, ApproximateKVIndex
 from gateway.kvindex.consumers import (
     AliasMap,
@@ -41,6 +40,7 @@ from gateway.kvindex.index import KVIndex
 from gateway.kvindex.memory import MemoryIndexConfig, MemoryKVIndex
 from gateway.kvindex.shared_predictions import ReplicatedKVIndex
 from gateway.kvindex.stream import wait_for_entry
+from kvgate_core.kvcontract.events import KVEvent
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

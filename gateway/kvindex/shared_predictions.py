@@ -14,8 +14,8 @@ from typing import Final
 
 import orjson
 
-from gateway.kvcontract.events import EventDecodeError, KVEvent
 from gateway.kvindex.index import KVIndex, PrefixHit
+from kvgate_core.kvcontract.events import EventDecodeError, KVEvent
 
 ROUTED_STREAM: Final = "kvgate:routed"
 

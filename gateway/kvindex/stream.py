@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, cast
 
-from gateway.kvcontract.events import EVENTS_STREAM, EventDecodeError, KVEvent, encode_events
 from gateway.kvindex.consumers import parse_event_payload
+from kvgate_core.kvcontract.events import EVENTS_STREAM, EventDecodeError, KVEvent, encode_events
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

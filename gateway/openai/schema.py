@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import InvalidRequest
-from gateway.tokenize.analyzer import Endpoint
+from kvgate_core.tokenize.request_prompt import Endpoint
 
 _NUMBER_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 

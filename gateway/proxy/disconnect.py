@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from gateway.proxy.responses import Receive
+from kvgate_core.asgi import Receive
 
 T = TypeVar("T")
 

@@ -21,21 +21,22 @@ import orjson
 
 from gateway.errors import NoHealthyWorker, UpstreamError, WorkerTimeout, WorkerUnavailable
 from gateway.observability.metrics import Metrics
-from gateway.observability.tracing import upstream_span
 from gateway.openai.schema import ParsedRequest
 from gateway.openai.sse import cached_tokens_of
 from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure, backoff_s
-from gateway.proxy.h1 import H1Pool, Target
 from gateway.proxy.passthrough import upstream_headers
-from gateway.proxy.responses import Receive, Send, proxied_headers, send_whole
+from gateway.proxy.responses import proxied_headers, send_whole
 from gateway.proxy.stream import CLIENT_GONE, Result, StreamRelay
 from gateway.routing.hold import Hold
 from gateway.routing.pd import PD_HEADER, PrefillRunner, prefill_body
 from gateway.routing.router import Routed, Router
 from gateway.settings import RetrySettings, Timeouts
 from gateway.state.protocols import LoadBoard
-from gateway.tokenize.analyzer import Endpoint
+from kvgate_core.asgi import Receive, Send
+from kvgate_core.h1 import H1Pool, Target
+from kvgate_core.tokenize.request_prompt import Endpoint
+from kvgate_core.tracing import upstream_span
 from policies.api import RouteRequest
 
 _PATHS = {Endpoint.CHAT: b"/v1/chat/completions", Endpoint.COMPLETIONS: b"/v1/completions"}

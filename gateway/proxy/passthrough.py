@@ -13,7 +13,7 @@ from typing import Final
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from gateway.kvcontract.extra_keys import TENANT_HEADER
+from kvgate_core.kvcontract.extra_keys import TENANT_HEADER
 
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 

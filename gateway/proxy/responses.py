@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
-
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+from kvgate_core.asgi import Send
 
 JSON_TYPE = b"application/json"
 SSE_TYPE = b"text/event-stream"

@@ -17,10 +17,11 @@ from gateway.errors import WorkerTimeout, WorkerUnavailable
 from gateway.openai.sse import cached_tokens_in, ends_stream, error_frames
 from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure
-from gateway.proxy.h1 import H1Connection, H1Pool, Target
-from gateway.proxy.responses import SSE_TYPE, Receive, Send, proxied_headers, send_whole
+from gateway.proxy.responses import SSE_TYPE, proxied_headers, send_whole
 from gateway.routing.router import Routed
 from gateway.settings import Timeouts
+from kvgate_core.asgi import Receive, Send
+from kvgate_core.h1 import H1Connection, H1Pool, Target
 
 logger = logging.getLogger(__name__)
 CLIENT_GONE = 499

@@ -1,7 +1,7 @@
 """The upstream client for the request path: one ``H1Pool`` of keep-alive connections to every worker.
 
 Not aiohttp or httpx: their per-request client machinery dominated the gateway's CPU per request (see
-``gateway.proxy.h1`` and ``loadtest/bench_proxy.py``). The pool is unbounded in connections (thousands
+``kvgate_core.h1`` and ``loadtest/bench_proxy.py``). The pool is unbounded in connections (thousands
 of concurrent streams each hold one) and keeps up to 1024 idle ones per worker. The health probes get a
 pool of their own (``open_upstream`` again, wrapped in ``H1Getter``); other control-plane calls (tokenizer,
 parity, KV events) use the separate httpx client in ``Deps``.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from gateway.proxy.h1 import H1Pool
 from gateway.settings import Timeouts
+from kvgate_core.h1 import H1Pool
 
 
 @asynccontextmanager

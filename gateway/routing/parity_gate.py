@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from gateway.tokenize.analyzer import PromptAnalyzer
-from gateway.tokenize.parity import ParityReport, check_parity
-from gateway.tokenize.prompt import TokenizingAnalyzer
+from gateway.analyze.analyzer import PromptAnalyzer
+from gateway.analyze.parity import ParityReport, check_parity
+from gateway.analyze.prompt import TokenizingAnalyzer
 
 logger = logging.getLogger(__name__)
 

@@ -13,15 +13,15 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from gateway.analyze.analyzer import PromptAnalyzer
 from gateway.errors import InvalidRequest, ModelNotFound, NoHealthyWorker
 from gateway.fleet.registry import Fleet, WorkerRecord
-from gateway.kvcontract.extra_keys import TENANT_HEADER
 from gateway.kvindex.feedback import PrefixFeedback
 from gateway.kvindex.index import KVIndex, PrefixHit
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
 from gateway.state.protocols import LoadBoard
-from gateway.tokenize.analyzer import PromptAnalyzer
+from kvgate_core.kvcontract.extra_keys import TENANT_HEADER
 from policies.api import Decision, Need, Observer, Outcome, Policy, RouteRequest, WorkerId, WorkerView
 from policies.placement import Placement, placement_of
 

@@ -13,7 +13,8 @@ import contextlib
 from collections import deque
 from dataclasses import dataclass
 
-from gateway.security.asgi import ASGIApp, Receive, Scope, Send, send_error
+from gateway.security.asgi import send_error
+from kvgate_core.asgi import ASGIApp, Receive, Scope, Send
 
 _ADMITTED = frozenset({"/v1/chat/completions", "/v1/completions"})
 

@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.security.asgi import ASGIApp, Receive, Scope, Send, header, send_error
+from gateway.security.asgi import send_error
+from kvgate_core.asgi import ASGIApp, Receive, Scope, Send, header
 
 _OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 

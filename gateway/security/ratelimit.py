@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from gateway.security.asgi import ASGIApp, Message, Receive, Scope, Send, send_error
+from gateway.security.asgi import send_error
 from gateway.security.buckets import BucketStore, Rate
+from kvgate_core.asgi import ASGIApp, Message, Receive, Scope, Send
 
 _LIMITED = frozenset({"/v1/chat/completions", "/v1/completions"})
 _DEFAULT_MAX_TOKENS = 256

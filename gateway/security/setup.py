@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from gateway.security.admission import Admission, AdmissionLimits, AdmissionMiddleware
-from gateway.security.asgi import ASGIApp
 from gateway.security.auth import AuthMiddleware, KeyRing
 from gateway.security.buckets import BucketStore, MemoryBuckets, RedisBuckets
 from gateway.security.ratelimit import RateLimitMiddleware, RateLimits
+from kvgate_core.asgi import ASGIApp
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +115,7 @@ def wrap_app(
     if sec.api_keys is not None or sec.admin_keys is not None:
         wrapped = AuthMiddleware(wrapped, sec.api_keys, sec.admin_keys)
     if tracer is not None:
-        from gateway.observability.tracing import TracingMiddleware
+        from kvgate_core.tracing import TracingMiddleware
 
         wrapped = TracingMiddleware(wrapped, tracer)
     return wrapped

@@ -65,3 +65,11 @@ class LoadBoard(Protocol):
         """This replica's position among them, in ``[0, replicas())``: each live replica holds a different
         one (the same order on every replica, up to the sync interval); 0 alone."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """The state backends of one gateway, opened and closed together by ``open_state``."""
+
+    load: LoadBoard
+    url: str = "memory"

@@ -17,9 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from gateway.settings import DEFAULT_HALF_LIFE_S
 from policies.placement import Placement
-
-DEFAULT_HALF_LIFE_S: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,14 +32,13 @@ from typing import TYPE_CHECKING, Final, cast
 
 import orjson
 
-from gateway.state.protocols import WorkerLoad
+from gateway.state.protocols import State, WorkerLoad
 from gateway.state.recent import RecentConfig, RecentSums, decayed
 from policies.placement import Placement
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from gateway.state.factory import State
 
 logger = logging.getLogger(__name__)
 
@@ -285,8 +284,6 @@ async def open_redis_state(url: str, *, config: RedisLoadConfig | None = None) -
     """
     from redis.asyncio import Redis
     from redis.exceptions import RedisError
-
-    from gateway.state.factory import State
 
     redis = Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=2.0)
     board = RedisLoadBoard(redis, config=config)

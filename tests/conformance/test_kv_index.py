@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.kvcontract.events import EventType, KVEvent, Tier
 from gateway.kvindex.index import KVIndex, PrefixHit
 from gateway.kvindex.memory import MemoryIndexConfig, MemoryKVIndex
 from gateway.kvindex.service import KVServiceConfig, open_kv_service
 from gateway.kvindex.stream import publish_events
+from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
 
 
 class FakeClock:

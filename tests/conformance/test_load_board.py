@@ -76,6 +76,9 @@ def test_routed_work_shows_as_recent_load(board: LoadBoard) -> None:
     assert load.recent_tokens == pytest.approx(150, rel=0.01)  # a 30 s half-life: ~no decay within a test
     assert load.recent_requests == pytest.approx(3, rel=0.01)
     assert load.recent_cached_tokens == pytest.approx(80, rel=0.01)
-    assert (load.recent_streams, load.recent_follow_ups) == (pytest.approx(1, rel=0.01), pytest.approx(1, rel=0.01))
+    assert (load.recent_streams, load.recent_follow_ups) == (
+        pytest.approx(1, rel=0.01),
+        pytest.approx(1, rel=0.01),
+    )
     assert board.snapshot()["a"].recent_tokens == pytest.approx(150, rel=0.01)
     assert board.get("nobody").recent_tokens == 0.0

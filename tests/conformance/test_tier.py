@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.kvcontract.events import EventType, KVEvent, Tier
-from gateway.kvcontract.wire import BlockLayout, BlockMeta, pack_block
+from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
+from kvgate_core.kvcontract.wire import BlockLayout, BlockMeta, pack_block
 from tests.support.redis_cluster import RedisCluster, new_redis_cluster
 from tests.support.redis_server import RedisServer, new_redis_server
 from workers.kvtier.events import TierEvents

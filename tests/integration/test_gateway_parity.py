@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.integration.gateway_fleet import gateway_fleet
-from tests.unit.gateway.tokenize.conftest import find_smollm2_gguf
+from tests.unit.kvgate_core.tokenize.conftest import find_smollm2_gguf
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 GGUF = find_smollm2_gguf()

@@ -87,4 +87,3 @@ def _metric(text: str, name: str) -> float:
         if line.startswith((name + " ", name + "{")):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{name} not in /metrics")
-

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from gateway.kvcontract.events import EVENTS_STREAM, EventType, KVEvent, Tier
 from gateway.kvindex.service import KVService, KVServiceConfig, open_kv_service
+from kvgate_core.kvcontract.events import EVENTS_STREAM, EventType, KVEvent, Tier
 from tests.support.fake_kv_worker import FakeKVWorker
 from tests.support.procs import free_port
 from tests.support.redis_server import new_redis_server

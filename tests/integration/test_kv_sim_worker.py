@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.kvcontract.hashing import chain_hashes, root_hash
 from gateway.kvindex.service import KVServiceConfig, open_kv_service
+from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
 from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, stop_process, wait_until
 
 pytestmark = pytest.mark.integration

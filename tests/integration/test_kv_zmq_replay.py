@@ -9,10 +9,10 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from gateway.kvcontract.hashing import chain_hashes, root_hash
 from gateway.kvindex.adapters.vllm import EngineEventTranslator, TranslatorConfig, decode_batch
 from gateway.kvindex.adapters.zmq_feed import ZmqFeedStats, run_zmq_feed
 from gateway.kvindex.memory import MemoryKVIndex
+from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
 from tests.support.procs import free_port
 from tests.unit.gateway.kvindex.vllm_batches import (
     BLOCK,

@@ -40,7 +40,7 @@ def test_fleet_command_cleans_up_when_interrupted(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "gateway.cli",
+            "kvgate.cli",
             "loadtest",
             "fleet",
             "--workers",
@@ -82,7 +82,7 @@ def test_trace_replay_through_a_fleet_writes_a_report(tmp_path: Path) -> None:
         cmd = [
             sys.executable,
             "-m",
-            "gateway.cli",
+            "kvgate.cli",
             "loadtest",
             "run",
             "--target",

@@ -12,7 +12,7 @@ import openai
 import orjson
 import pytest
 
-from gateway.kvcontract.hashing import chain_hashes, root_hash
+from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
 from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, stop_process, wait_until
 
 pytestmark = pytest.mark.integration

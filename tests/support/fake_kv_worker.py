@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import orjson
 from aiohttp import web
 
-from gateway.kvcontract.events import KVEvent, encode_events
+from kvgate_core.kvcontract.events import KVEvent, encode_events
 from tests.support.procs import free_port
 
 

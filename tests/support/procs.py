@@ -45,11 +45,15 @@ def http_ok(url: str) -> bool:
         return False
 
 
-def start_process(args: Sequence[str], *, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def start_process(
+    args: Sequence[str], *, log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start a process in its own session, output to ``log``."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     fh = open(log, "wb")  # noqa: SIM115 - closed by the process owner via stop_process
-    return subprocess.Popen(list(args), stdout=fh, stderr=subprocess.STDOUT, env=full_env, start_new_session=True)
+    return subprocess.Popen(
+        list(args), stdout=fh, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
+    )
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
@@ -67,4 +71,4 @@ def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None
 
 
 def kvgate_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "gateway.cli", *args]
+    return [sys.executable, "-m", "kvgate.cli", *args]

@@ -25,11 +25,24 @@ class RedisServer:
     def start(self) -> None:
         exe = shutil.which("redis-server")
         if exe is None:
-            raise RuntimeError("redis-server is not installed: run `make test` (it installs it) or apt-get install redis-server")
+            raise RuntimeError(
+                "redis-server is not installed: run `make test` (it installs it) or apt-get install redis-server"
+            )
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.proc = start_process(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)],
+            [
+                exe,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
             log=self.workdir / "redis.log",
         )
         wait_until(self.ping, timeout_s=10)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import build_parser
+from kvgate.cli import build_parser
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 

@@ -15,8 +15,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gateway.kvcontract.events import EventType, KVEvent, Tier
-from gateway.kvcontract.hashing import chain_hashes
+from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
+from kvgate_core.kvcontract.hashing import chain_hashes
 
 EventSink = Callable[[KVEvent], None]
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gateway.kvcontract.events import KVEvent
-from gateway.kvcontract.hashing import root_hash
+from kvgate_core.kvcontract.events import KVEvent
+from kvgate_core.kvcontract.hashing import root_hash
 from workers.engine.detokenizer import Decoder, IncrementalDetokenizer
 from workers.engine.model_runner import ModelRunner
 from workers.engine.sampler import sample

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.kvcontract.events import EventType
-from gateway.tokenize.bundle import TokenizerBundle
+from kvgate_core.kvcontract.events import EventType
+from kvgate_core.tokenize.bundle import TokenizerBundle
 from workers.engine.core import EngineCore, StepResult
 from workers.engine.kv_connector import KVConnector
 from workers.engine_api import (

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from gateway.kvcontract.events import EventType, Tier
-from gateway.kvcontract.hashing import chain_hashes, root_hash
-from gateway.kvcontract.wire import WireError
+from kvgate_core.kvcontract.events import EventType, Tier
+from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
+from kvgate_core.kvcontract.wire import WireError
 from workers.engine.core import EngineCore, StepResult
 from workers.engine_api import GenerationRequest
 from workers.kvtier.codec import BlockCodec, KVGeometry

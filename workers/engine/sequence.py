@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
-from gateway.kvcontract.hashing import chain_hashes
+from kvgate_core.kvcontract.hashing import chain_hashes
 from workers.engine_api import FinishReason, SamplingParams
 
 

@@ -15,7 +15,7 @@ from typing import Final
 
 import torch
 
-from gateway.tokenize.bundle import TokenizerBundle, byte_bundle, load_bundle, load_gguf_bundle
+from kvgate_core.tokenize.bundle import TokenizerBundle, byte_bundle, load_bundle, load_gguf_bundle
 from workers.engine.block_manager import BlockManager
 from workers.engine.config import ModelConfig
 from workers.engine.core import EngineCore, EventBuffer

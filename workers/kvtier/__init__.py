@@ -5,7 +5,7 @@ Modules: ``protocols`` (``TierClient``, ``WritableTier``), ``redis_tier`` (dram)
 ``codec`` (torch: cache blocks <-> wire values; the only module here that imports torch), ``events``
 (``stored``/``removed`` KV events for the gateway's index), ``stats``, ``factory`` (``open_tier``: the
 tier the worker's ``--kv-tier``/``--ssd-dir`` flags ask for). The wire format itself lives in
-``gateway.kvcontract.wire``.
+``kvgate_core.kvcontract.wire``.
 
 How the engine uses them (built once in the worker's ``main`` and injected; nothing here starts work):
 

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from enum import Enum
 
-from gateway.kvcontract.wire import BlockLayout, BlockMismatchError, WireError, unpack_block
+from kvgate_core.kvcontract.wire import BlockLayout, BlockMismatchError, WireError, unpack_block
 from workers.kvtier.stats import TierStats
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gateway.kvcontract.wire import BlockLayout, BlockMeta, header_bytes, pack_block, unpack_block
+from kvgate_core.kvcontract.wire import BlockLayout, BlockMeta, header_bytes, pack_block, unpack_block
 
 WIRE_DTYPES: dict[torch.dtype, str] = {
     torch.float32: "float32",

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gateway.kvcontract.events import EventType, KVEvent, Tier
+from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
 
 EventSink = Callable[[KVEvent], None]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.kvcontract.events import Tier
-from gateway.kvcontract.wire import BlockLayout
+from kvgate_core.kvcontract.events import Tier
+from kvgate_core.kvcontract.wire import BlockLayout
 from workers.kvtier.events import EventSink, TierEvents
 from workers.kvtier.layered import LayeredConfig, LayeredTier
 from workers.kvtier.protocols import WritableTier

@@ -38,7 +38,7 @@ class TierClient(Protocol):
         ...
 
     async def get_many(self, hashes: Sequence[int]) -> list[bytes | None]:
-        """The stored wire values (header + payload, see ``gateway.kvcontract.wire``), ``None`` for a miss."""
+        """The stored wire values (header + payload, ``kvgate_core.kvcontract.wire``); ``None``: a miss."""
         ...
 
     async def exists_many(self, hashes: Sequence[int]) -> list[bool]:

@@ -29,7 +29,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from gateway.kvcontract.wire import BlockLayout
+from kvgate_core.kvcontract.wire import BlockLayout
 from workers.kvtier.block_check import BlockChecker, Verdict, tally
 from workers.kvtier.events import TierEvents
 from workers.kvtier.protocols import leading_present

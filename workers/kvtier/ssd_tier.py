@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
 
-from gateway.kvcontract.wire import BlockLayout
+from kvgate_core.kvcontract.wire import BlockLayout
 from workers.kvtier.block_check import BlockChecker, Verdict, tally
 from workers.kvtier.events import TierEvents
 from workers.kvtier.protocols import leading_present

@@ -19,9 +19,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.kvcontract.extra_keys import TENANT_HEADER
-from gateway.tokenize.analyzer import Endpoint
-from gateway.tokenize.bundle import TokenizerBundle
+from kvgate_core.kvcontract.extra_keys import TENANT_HEADER
+from kvgate_core.tokenize.bundle import TokenizerBundle
+from kvgate_core.tokenize.request_prompt import Endpoint
 from workers.engine_api import Engine, EngineError, GenerationChunk, GenerationRequest, GenerationStream
 from workers.server.errors import ApiError, bad_request, error_body, from_engine_error
 from workers.server.openai_io import SSE_DONE, ResponseFormatter, parse_body, parse_request

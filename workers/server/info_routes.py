@@ -16,9 +16,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from gateway.kvcontract.events import EventType, KVEvent, Tier, encode_event
-from gateway.tokenize.analyzer import Endpoint
-from gateway.tokenize.request_prompt import parse_prompt
+from kvgate_core.kvcontract.events import EventType, KVEvent, Tier, encode_event
+from kvgate_core.tokenize.request_prompt import Endpoint, parse_prompt
 from workers.engine_api import Engine, EventSubscription
 from workers.server.errors import ApiError, bad_request
 from workers.server.generation import WorkerContext

@@ -14,9 +14,8 @@ from typing import Any
 
 import orjson
 
-from gateway.kvcontract.extra_keys import request_extra_keys
-from gateway.tokenize.analyzer import Endpoint
-from gateway.tokenize.request_prompt import Prompt, parse_prompt
+from kvgate_core.kvcontract.extra_keys import request_extra_keys
+from kvgate_core.tokenize.request_prompt import Endpoint, Prompt, parse_prompt
 from workers.engine_api import GenerationChunk, SamplingParams
 from workers.server.errors import ApiError, bad_request
 

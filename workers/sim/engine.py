@@ -19,9 +19,9 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from gateway.kvcontract.events import EventType, KVEvent, Tier
-from gateway.kvcontract.hashing import DEFAULT_BLOCK_SIZE
-from gateway.tokenize.bundle import TokenizerBundle
+from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
+from kvgate_core.kvcontract.hashing import DEFAULT_BLOCK_SIZE
+from kvgate_core.tokenize.bundle import TokenizerBundle
 from workers.engine.block_manager import BlockManager
 from workers.engine_api import EventHub, EventSubscription, GenerationChunk, GenerationRequest, LoadInfo
 from workers.sim.scheduler import SimScheduler, SimSequence, SimTiming

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gateway.kvcontract.hashing import chain_hashes, root_hash
+from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
 from workers.engine.block_manager import BlockManager
 from workers.engine_api import ContextTooLongError, FinishReason, GenerationChunk, GenerationRequest
 from workers.kvtier.planner import PullRates, PullRequest, plan_pull

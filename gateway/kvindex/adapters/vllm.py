@@ -26,9 +26,9 @@ from typing import Any, Final
 
 import msgpack
 
-from gateway.kvcontract.events import EventDecodeError, EventType, KVEvent, Tier
-from gateway.kvcontract.extra_keys import extra_keys
-from gateway.kvcontract.hashing import chain_hashes, root_hash
+from kvgate_core.kvcontract.events import EventDecodeError, EventType, KVEvent, Tier
+from kvgate_core.kvcontract.extra_keys import extra_keys
+from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import zmq
 import zmq.asyncio
 
-from gateway.kvcontract.events import EventDecodeError, KVEvent
 from gateway.kvindex.adapters.vllm import EngineEvent, EngineEventTranslator
+from kvgate_core.kvcontract.events import EventDecodeError, KVEvent
 
 logger = logging.getLogger(__name__)
 

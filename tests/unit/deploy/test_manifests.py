@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.cli import build_parser, layered_defaults
+from kvgate.cli import build_parser
+from kvgate_core.config import layered_defaults
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 KUBECTL = shutil.which("kubectl")

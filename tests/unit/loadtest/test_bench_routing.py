@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from gateway.kvcontract.hashing import chain_hashes, root_hash
-from gateway.tokenize.analyzer import Endpoint
-from gateway.tokenize.bundle import byte_bundle
-from gateway.tokenize.prompt import TokenizingAnalyzer
+from gateway.analyze.prompt import TokenizingAnalyzer
+from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
+from kvgate_core.tokenize.bundle import byte_bundle
+from kvgate_core.tokenize.request_prompt import Endpoint
 from loadtest.bench_routing import imbalance, sent_in_order, upstream_ttft_mean, worker_ttfts
 from loadtest.driver import RequestRecord
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks

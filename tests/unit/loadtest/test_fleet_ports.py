@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from gateway.demo import free_ports
+from kvgate_core.net import free_ports
 from loadtest.fleet import HOST
 
 

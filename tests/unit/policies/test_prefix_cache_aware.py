@@ -63,7 +63,9 @@ def test_hotspot_guard_copies_a_hot_prefix_to_a_second_worker() -> None:
 
 
 def test_costs_are_backlog_plus_uncached_plus_discounted_pulls() -> None:
-    p = CacheCostParams(tier_pull_cost=0.25, queued_request_tokens=100, inflight_weight=0.5, hotspot_margin=1e9)
+    p = CacheCostParams(
+        tier_pull_cost=0.25, queued_request_tokens=100, inflight_weight=0.5, hotspot_margin=1e9
+    )
     fleet = [worker("a", inflight_tokens=200, queue_depth=2, gpu_hit_blocks=16, tier_hit_blocks=32)]
     costs = ttft_costs(REQ, fleet, p, BS)
     backlog, gpu, tier = 0.5 * 200 + 2 * 100, 16 * BS, 32 * BS
@@ -166,7 +168,9 @@ def test_a_worker_whose_recent_load_is_mostly_cached_prompt_is_not_taken_for_ove
     # "a" received 1.42x the mean in tokens, but 150k of its 180k were prompts it already held (deep
     # sessions): counted at 0.25, its work is 67.5k, under the mean, so its session stays on its cache.
     fleet = [
-        worker("a", recent_tokens=180_000, recent_requests=180, recent_cached_tokens=150_000, gpu_hit_blocks=63),
+        worker(
+            "a", recent_tokens=180_000, recent_requests=180, recent_cached_tokens=150_000, gpu_hit_blocks=63
+        ),
         worker("b", recent_tokens=100_000, recent_requests=100),
         worker("c", recent_tokens=100_000, recent_requests=100),
     ]
@@ -221,7 +225,9 @@ def test_replicas_routing_a_burst_in_the_same_instant_spread_it_over_their_home_
     idle = [worker(f"w{i}") for i in range(8)]  # what every replica sees before any sees the others' picks
 
     def replica(rank: int, **params: float) -> Any:
-        ctx = PolicyContext(rng=random.Random(0), block_size=BS, replicas=lambda: 4, replica_rank=lambda: rank)
+        ctx = PolicyContext(
+            rng=random.Random(0), block_size=BS, replicas=lambda: 4, replica_rank=lambda: rank
+        )
         return build_policy({"type": "prefix_cache_aware", "params": params}, ctx)
 
     assert len({replica(r).select(REQ, idle).worker for r in range(4)}) == 4
@@ -234,8 +240,12 @@ def test_a_home_worker_takes_no_new_stream_its_young_streams_would_outweigh() ->
     # but it received one more new stream lately, and a new stream brings two follow-ups here
     def fleet(follow_ups: float) -> list[WorkerView]:
         return [
-            worker("w0", recent_tokens=10_000, recent_requests=10, recent_streams=3, recent_follow_ups=follow_ups),
-            worker("w1", recent_tokens=10_200, recent_requests=10, recent_streams=4, recent_follow_ups=follow_ups),
+            worker(
+                "w0", recent_tokens=10_000, recent_requests=10, recent_streams=3, recent_follow_ups=follow_ups
+            ),
+            worker(
+                "w1", recent_tokens=10_200, recent_requests=10, recent_streams=4, recent_follow_ups=follow_ups
+            ),
         ]
 
     ctx = PolicyContext(block_size=BS, replicas=lambda: 2, replica_rank=lambda: 1)
@@ -329,4 +339,3 @@ def test_a_follow_up_ignores_stream_counts() -> None:
     assert ttft_costs(REQ, warm, CacheCostParams(), BS, Recent.of(warm, 0.25)) == ttft_costs(
         REQ, warm, CacheCostParams(stream_weight=0.0), BS, Recent.of(warm, 0.25)
     )
-

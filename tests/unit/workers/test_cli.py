@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.tokenize.tokenizer import HFTokenizer
+from kvgate_core.tokenize.tokenizer import HFTokenizer
 from workers import cli
 from workers.engine_api import GenerationRequest, SamplingParams
 

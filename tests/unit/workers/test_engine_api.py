@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.kvcontract.events import EventType, KVEvent
+from kvgate_core.kvcontract.events import EventType, KVEvent
 from workers.engine_api import EventHub, InvalidRequestError, SamplingParams
 
 

@@ -9,9 +9,9 @@ import orjson
 
 from gateway.fleet.health import HealthChecker
 from gateway.fleet.registry import Fleet
-from gateway.proxy.h1 import H1Getter, H1Pool
 from gateway.settings import BreakerSettings, WorkerSpec
 from gateway.state.memory import MemoryLoadBoard
+from kvgate_core.h1 import H1Getter, H1Pool
 from tests.support.procs import free_port
 from tests.unit.gateway.fake_worker import FakeWorker, running
 
@@ -97,5 +97,8 @@ async def test_probes_over_the_h1_pool_against_a_real_worker() -> None:
         by = {r.id: r for r in fleet}
         assert by["w0"].healthy and by["w0"].models == {w0.model} and by["w0"].queue_depth == 2
         assert not by["sick"].healthy and not by["gone"].healthy
-        assert await get(w0.url, "/load") == (200, b'{"running":1,"waiting":2,"kv_usage":0.25,"cached_blocks":7}')
+        assert await get(w0.url, "/load") == (
+            200,
+            b'{"running":1,"waiting":2,"kv_usage":0.25,"cached_blocks":7}',
+        )
     pool.close()

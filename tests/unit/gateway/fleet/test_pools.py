@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.fleet.pools import Member, PoolBalancer, PoolSettings, decide, initial_pool, parse_pool_settings
+from gateway.fleet.pools import Member, PoolBalancer, decide, initial_pool
 from gateway.fleet.registry import Fleet
-from gateway.settings import BreakerSettings, WorkerSpec
+from gateway.settings import BreakerSettings, PoolSettings, WorkerSpec, parse_pool_settings
 from gateway.state.memory import MemoryLoadBoard
 from policies.api import Role
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from gateway.kvcontract.events import EventType, KVEvent
 from gateway.kvindex.approximate import ApproximateIndexConfig, ApproximateKVIndex
+from kvgate_core.kvcontract.events import EventType, KVEvent
 
 
 class FakeClock:

@@ -3,11 +3,11 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from gateway.kvcontract.events import EventDecodeError, EventType
-from gateway.kvcontract.extra_keys import extra_keys
-from gateway.kvcontract.hashing import chain_hashes, root_hash
 from gateway.kvindex.adapters.sglang import decode_sglang_batch
 from gateway.kvindex.adapters.vllm import EngineEventTranslator, TranslatorConfig, decode_batch
+from kvgate_core.kvcontract.events import EventDecodeError, EventType
+from kvgate_core.kvcontract.extra_keys import extra_keys
+from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
 from tests.unit.gateway.kvindex.vllm_batches import (
     BLOCK,
     MODEL,

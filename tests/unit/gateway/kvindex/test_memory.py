@@ -4,9 +4,9 @@ from collections.abc import Iterable
 
 from hypothesis import given, settings, strategies as st
 
-from gateway.kvcontract.events import EventType, KVEvent, Tier
 from gateway.kvindex.index import PrefixHit
 from gateway.kvindex.memory import MemoryIndexConfig, MemoryKVIndex
+from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
 
 
 class FakeClock:

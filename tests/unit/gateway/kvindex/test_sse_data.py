@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from gateway.kvcontract.events import EventType
 from gateway.kvindex.consumers import parse_event_payload, sse_data
+from kvgate_core.kvcontract.events import EventType
 
 STREAM = (
     b": keep-alive\n\n"

@@ -8,8 +8,8 @@ import pytest
 
 from gateway.deps import DepsOverrides
 from gateway.settings import Timeouts
-from gateway.state.factory import State
 from gateway.state.memory import MemoryLoadBoard
+from gateway.state.protocols import State
 from tests.unit.gateway.fake_worker import FakeWorker, running
 from tests.unit.gateway.gateway_harness import serving, settings_for, until
 

@@ -8,10 +8,10 @@ from typing import Any, cast
 
 import pytest
 
+from gateway.analyze.analyzer import PromptAnalysis, PromptAnalyzer
 from gateway.errors import InvalidRequest, ModelNotFound, NoHealthyWorker
 from gateway.fleet.health import apply_load
 from gateway.fleet.registry import Fleet
-from gateway.kvcontract.events import KVEvent
 from gateway.kvindex.index import PrefixHit
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import parse_request
@@ -19,7 +19,8 @@ from gateway.routing.hold import Hold
 from gateway.routing.router import Router
 from gateway.settings import BreakerSettings, WorkerSpec
 from gateway.state.memory import MemoryLoadBoard
-from gateway.tokenize.analyzer import Endpoint, PromptAnalysis, PromptAnalyzer
+from kvgate_core.kvcontract.events import KVEvent
+from kvgate_core.tokenize.request_prompt import Endpoint
 from policies.api import Decision, Need, Outcome, RouteRequest, WorkerId, WorkerView
 
 BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":7,"user":"u1"}'
@@ -137,7 +138,9 @@ def test_routed_work_is_counted_per_worker_and_shown_to_the_policy() -> None:
     router.route(router.prepare(_parsed(), {}))  # 40 prompt tokens (32 predicted cached on w1) + max_tokens 7
     router.route(router.prepare(_parsed(), {}))
     _, views = policy.seen[-1]
-    recent = {v.id: (round(v.recent_tokens), round(v.recent_requests), round(v.recent_cached_tokens)) for v in views}
+    recent = {
+        v.id: (round(v.recent_tokens), round(v.recent_requests), round(v.recent_cached_tokens)) for v in views
+    }
     assert recent == {"w0": (0, 0, 0), "w1": (47, 1, 32)}  # the first request, seen by the second
     explained = router.explain(router.prepare(_parsed(), {}))
     w1 = next(v for v in explained.views if v.id == "w1")
@@ -174,7 +177,9 @@ class SplitPolicy(FakePolicy):
 
 
 def test_a_pd_prefill_worker_counts_its_own_new_stream() -> None:
-    router = _router(SplitPolicy(needs=frozenset({Need.BLOCK_HASHES})), _fleet("m", "m"), FakeAnalyzer(), FakeIndex())
+    router = _router(
+        SplitPolicy(needs=frozenset({Need.BLOCK_HASHES})), _fleet("m", "m"), FakeAnalyzer(), FakeIndex()
+    )
     router.route(router.prepare(_parsed(), {}))  # nobody holds the prompt: both workers now do
     views = router.explain(router.prepare(_parsed(), {})).views
     assert {v.id: round(v.recent_streams, 2) for v in views} == {"w0": 1.0, "w1": 1.0}

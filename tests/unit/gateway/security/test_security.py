@@ -9,10 +9,10 @@ import httpx
 import pytest
 
 from gateway.security.admission import Admission, AdmissionLimits, AdmissionMiddleware
-from gateway.security.asgi import Receive, Scope, Send
 from gateway.security.auth import AuthMiddleware, KeyRing
 from gateway.security.buckets import MemoryBuckets, Rate
 from gateway.security.ratelimit import RateLimitMiddleware, RateLimits, estimate_tokens
+from kvgate_core.asgi import Receive, Scope, Send
 
 
 class FakeClock:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.kvcontract.events import EventType, KVEvent
-from gateway.kvcontract.hashing import chain_hashes
+from kvgate_core.kvcontract.events import EventType, KVEvent
+from kvgate_core.kvcontract.hashing import chain_hashes
 from workers.engine.block_manager import BlockManager
 
 ROOT = 7

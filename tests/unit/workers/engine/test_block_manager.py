@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gateway.kvcontract.events import EventType, KVEvent
-from gateway.kvcontract.hashing import chain_hashes, root_hash
+from kvgate_core.kvcontract.events import EventType, KVEvent
+from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
 from workers.engine.block_manager import BlockManager, NoFreeBlocksError
 
 BS = 4

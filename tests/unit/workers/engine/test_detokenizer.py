@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.tokenize.tokenizer import ByteTokenizer
+from kvgate_core.tokenize.tokenizer import ByteTokenizer
 from workers.engine.detokenizer import IncrementalDetokenizer
 
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.kvcontract.events import EventType
+from kvgate_core.kvcontract.events import EventType
 from workers.engine.engine import TorchEngine
 from workers.engine.serve import EngineOptions, build_engine_from_options
 from workers.engine_api import (

@@ -9,7 +9,7 @@ import torch
 from transformers import LlamaForCausalLM as HFLlama
 from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
 
-from gateway.tokenize.bundle import TokenizerBundle, load_gguf_bundle
+from kvgate_core.tokenize.bundle import TokenizerBundle, load_gguf_bundle
 from tests.unit.workers.engine.tiny_engine import (
     CPU,
     build_core,

@@ -8,7 +8,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM as HFLlama
 from transformers.initialization import no_init_weights
 
-from gateway.tokenize.tokenizer import ByteTokenizer
+from kvgate_core.tokenize.tokenizer import ByteTokenizer
 from workers.engine.block_manager import BlockManager
 from workers.engine.config import ModelConfig
 from workers.engine.core import EngineCore, EventBuffer

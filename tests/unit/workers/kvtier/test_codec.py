@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gateway.kvcontract.wire import WireError, unpack_block
+from kvgate_core.kvcontract.wire import WireError, unpack_block
 from workers.kvtier.codec import BlockCodec, KVGeometry
 
 LAYERS, BLOCKS, BS, HEADS, DIM = 3, 6, 4, 2, 8

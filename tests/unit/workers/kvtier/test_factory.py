@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.kvcontract.events import KVEvent, Tier
-from gateway.kvcontract.wire import BlockLayout, BlockMeta, pack_block
+from kvgate_core.kvcontract.events import KVEvent, Tier
+from kvgate_core.kvcontract.wire import BlockLayout, BlockMeta, pack_block
 from workers.kvtier.factory import TierSettings, open_tier
 from workers.kvtier.layered import LayeredTier
 from workers.kvtier.redis_tier import RedisTier

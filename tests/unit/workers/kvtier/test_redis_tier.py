@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.kvcontract.wire import BlockLayout, BlockMeta, pack_block
+from kvgate_core.kvcontract.wire import BlockLayout, BlockMeta, pack_block
 from tests.support.redis_server import new_redis_server
 from workers.kvtier.redis_tier import RedisTier, RedisTierConfig, block_key
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.kvcontract.events import EventType, KVEvent, Tier
-from gateway.kvcontract.wire import BlockLayout, BlockMeta, pack_block
+from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
+from kvgate_core.kvcontract.wire import BlockLayout, BlockMeta, pack_block
 from workers.kvtier.events import TierEvents
 from workers.kvtier.ssd_scan import STALE_TMP_S, scan_blocks
 from workers.kvtier.ssd_tier import SsdTier, SsdTierConfig, block_path, model_dir

@@ -7,8 +7,8 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from gateway.kvcontract import wire
-from gateway.kvcontract.wire import (
+from kvgate_core.kvcontract import wire
+from kvgate_core.kvcontract.wire import (
     BadMagicError,
     BlockLayout,
     BlockMeta,

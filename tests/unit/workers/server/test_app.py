@@ -9,8 +9,8 @@ import httpx
 import orjson
 import pytest
 
-from gateway.kvcontract.events import EventType
-from gateway.tokenize.bundle import TokenizerBundle, byte_bundle
+from kvgate_core.kvcontract.events import EventType
+from kvgate_core.tokenize.bundle import TokenizerBundle, byte_bundle
 from workers.server.app import create_app
 from workers.server.info_routes import _event_stream, _snapshot
 from workers.sim.engine import SimConfig, SimEngine

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.observability.tracing import TracingMiddleware, build_tracer_provider
-from gateway.tokenize.bundle import byte_bundle
+from kvgate_core.tokenize.bundle import byte_bundle
+from kvgate_core.tracing import TracingMiddleware, build_tracer_provider
 from workers.server.app import create_app
 from workers.sim.engine import SimConfig, SimEngine
 from workers.sim.scheduler import SimTiming

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gateway.kvcontract.events import EventType, KVEvent
-from gateway.kvcontract.hashing import chain_hashes, root_hash
-from gateway.tokenize.tokenizer import ByteTokenizer
+from kvgate_core.kvcontract.events import EventType, KVEvent
+from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
+from kvgate_core.tokenize.tokenizer import ByteTokenizer
 from workers.engine.block_manager import BlockManager
 from workers.engine_api import (
     ContextTooLongError,

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from gateway.kvcontract.events import EventType, Tier
-from gateway.tokenize.bundle import byte_bundle
+from kvgate_core.kvcontract.events import EventType, Tier
+from kvgate_core.tokenize.bundle import byte_bundle
 from workers.engine_api import GenerationChunk, GenerationRequest, SamplingParams
 from workers.sim.engine import SimConfig, SimEngine
 from workers.sim.scheduler import SimTiming
