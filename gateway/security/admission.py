@@ -13,7 +13,7 @@ import contextlib
 from collections import deque
 from dataclasses import dataclass
 
-from gateway.security.asgi import send_error
+from gateway.errors import Overloaded
 from kvgate_core.asgi import ASGIApp, Receive, Scope, Send
 
 _ADMITTED = frozenset({"/v1/chat/completions", "/v1/completions"})
@@ -81,15 +81,7 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
             return
         if not await self.admission.acquire():
-            await send_error(
-                send,
-                503,
-                "The gateway is at its concurrency limit; retry shortly.",
-                type_="server_error",
-                code="overloaded",
-                headers=[(b"retry-after", b"1")],
-            )
-            return
+            raise Overloaded("The gateway is at its concurrency limit; retry shortly.", retry_after_s=1)
         try:
             await self.app(scope, receive, send)
         finally:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.security.asgi import send_error
+from gateway.errors import Unauthorized
 from kvgate_core.asgi import ASGIApp, Receive, Scope, Send, header
 
 _OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
@@ -89,14 +89,6 @@ class AuthMiddleware:
             return
         key_id = ring.match(presented_key(scope))
         if key_id is None:
-            await send_error(
-                send,
-                401,
-                "Incorrect or missing API key. Pass it as 'Authorization: Bearer <key>'.",
-                type_="invalid_request_error",
-                code="invalid_api_key",
-                headers=[(b"www-authenticate", b"Bearer")],
-            )
-            return
+            raise Unauthorized("Incorrect or missing API key. Pass it as 'Authorization: Bearer <key>'.")
         scope.setdefault("state", {})["api_key_id"] = key_id
         await self.app(scope, receive, send)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from gateway.security.asgi import send_error
+from gateway.errors import RateLimited
 from gateway.security.buckets import BucketStore, Rate
 from kvgate_core.asgi import ASGIApp, Message, Receive, Scope, Send
 
@@ -84,16 +84,8 @@ class RateLimitMiddleware:
             )
             receive = _replaying(replay, receive)
         if wait > 0.0:
-            retry = str(max(1, math.ceil(wait))).encode()
-            await send_error(
-                send,
-                429,
-                f"Rate limit reached; retry in {retry.decode()} s.",
-                type_="rate_limit_error",
-                code="rate_limit_exceeded",
-                headers=[(b"retry-after", retry)],
-            )
-            return
+            retry = max(1, math.ceil(wait))
+            raise RateLimited(f"Rate limit reached; retry in {retry} s.", retry_after_s=retry)
         await self.app(scope, receive, send)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from gateway.security.admission import Admission, AdmissionLimits, AdmissionMiddleware
 from gateway.security.auth import AuthMiddleware, KeyRing
 from gateway.security.buckets import BucketStore, MemoryBuckets, RedisBuckets
+from gateway.security.errors import ErrorLayer
 from gateway.security.ratelimit import RateLimitMiddleware, RateLimits
 from kvgate_core.asgi import ASGIApp
 
@@ -114,6 +115,8 @@ def wrap_app(
         wrapped = RateLimitMiddleware(wrapped, sec.limits, bucket_store(state_url))
     if sec.api_keys is not None or sec.admin_keys is not None:
         wrapped = AuthMiddleware(wrapped, sec.api_keys, sec.admin_keys)
+    if wrapped is not app:
+        wrapped = ErrorLayer(wrapped)  # renders what the layers above raise
     if tracer is not None:
         from kvgate_core.tracing import TracingMiddleware
 

@@ -8,7 +8,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, stop_process, wait_until
+from tests.support.procs import free_port, kvgate_cmd, start_process, stop_process
+from tests.support.waiting import wait_ready
 
 
 @dataclass
@@ -20,12 +21,6 @@ class Fleet:
 
     def log(self, name: str) -> str:
         return (self.logs / name).read_text(errors="replace")
-
-
-def _wait(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    wait_until(lambda: http_ok(url) or proc.poll() is not None, timeout_s=60)
-    if proc.poll() is not None:
-        raise RuntimeError(f"{url} exited early:\n{log.read_text(errors='replace')}")
 
 
 @contextmanager
@@ -43,13 +38,13 @@ def gateway_fleet(
             procs.append(proc)
             workers[f"127.0.0.1:{port}"] = proc
         for (wid, proc), i in zip(workers.items(), range(num_workers), strict=True):
-            _wait(proc, f"http://{wid}/health", logs / f"worker{i}.log")
+            wait_ready(proc, f"http://{wid}/health", logs=logs / f"worker{i}.log")
         port = free_port()
         urls = [f"--worker=http://{wid}" for wid in workers]
         args = ["--port", str(port), *urls, *gateway_args]
         gw = start_process(kvgate_cmd("gateway", *args), log=logs / "gateway.log")
         procs.append(gw)
-        _wait(gw, f"http://127.0.0.1:{port}/ready", logs / "gateway.log")
+        wait_ready(gw, f"http://127.0.0.1:{port}/ready", logs=logs / "gateway.log")
         yield Fleet(f"http://127.0.0.1:{port}", workers, logs, gw)
     finally:
         for proc in reversed(procs):

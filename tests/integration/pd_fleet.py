@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, wait_until
+from tests.support.procs import free_port, kvgate_cmd, start_process
 
 
 def start(args: list[str], log: Path, procs: list[subprocess.Popen[bytes]]) -> str:
@@ -14,10 +14,3 @@ def start(args: list[str], log: Path, procs: list[subprocess.Popen[bytes]]) -> s
     proc = start_process(kvgate_cmd(*args, "--port", str(port)), log=log)
     procs.append(proc)
     return f"127.0.0.1:{port}"
-
-
-def wait_ready(url: str, procs: list[subprocess.Popen[bytes]], logs: Path) -> None:
-    """Poll ``url`` until it answers 200; fail with every log when one of ``procs`` exited."""
-    wait_until(lambda: http_ok(url) or any(p.poll() is not None for p in procs), timeout_s=60)
-    if any(p.poll() is not None for p in procs):
-        raise RuntimeError("\n".join(f.read_text(errors="replace") for f in logs.glob("*.log")))

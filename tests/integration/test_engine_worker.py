@@ -9,7 +9,8 @@ import httpx
 import openai
 import pytest
 
-from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, stop_process, wait_until
+from tests.support.procs import free_port, kvgate_cmd, start_process, stop_process
+from tests.support.waiting import wait_ready, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -25,8 +26,7 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     proc = start_process(kvgate_cmd("worker", *args), log=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: http_ok(f"{url}/health") or proc.poll() is not None, timeout_s=60)
-        assert proc.poll() is None, Path(log).read_text()
+        wait_ready(proc, f"{url}/health", logs=Path(log))
         yield url
     finally:
         stop_process(proc)

@@ -13,7 +13,8 @@ import httpx
 import orjson
 import pytest
 
-from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, stop_process, wait_until
+from tests.support.procs import free_port, kvgate_cmd, start_process, stop_process
+from tests.support.waiting import http_ok, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 

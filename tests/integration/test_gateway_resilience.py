@@ -15,7 +15,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from tests.integration.gateway_fleet import Fleet, gateway_fleet
-from tests.support.procs import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

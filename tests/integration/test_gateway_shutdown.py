@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.integration.gateway_fleet import gateway_fleet
-from tests.support.procs import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -14,7 +14,8 @@ import msgpack
 import pytest
 import zmq
 
-from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, stop_process, wait_until
+from tests.support.procs import free_port, kvgate_cmd, start_process, stop_process
+from tests.support.waiting import http_ok, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 TOKENS = list(range(10, 10 + 4 * 16))  # four full blocks of 16

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -15,18 +15,11 @@ from kvgate_core.kvcontract.events import EVENTS_STREAM, EventType, KVEvent, Tie
 from tests.support.fake_kv_worker import FakeKVWorker
 from tests.support.procs import free_port
 from tests.support.redis_server import new_redis_server
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 FAST = KVServiceConfig(backoff_initial_s=0.05, backoff_max_s=0.2, relay_lease_s=0.6)
-
-
-async def eventually(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not pred():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.01)
 
 
 def gpu_blocks(service: KVService, worker: str, hashes: list[int]) -> int:

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from tests.integration.gateway_fleet import Fleet, gateway_fleet
-from tests.support.procs import wait_until
 from tests.support.redis_server import RedisServer, new_redis_server
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

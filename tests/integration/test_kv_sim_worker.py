@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -11,7 +10,8 @@ import pytest
 
 from gateway.kvindex.service import KVServiceConfig, open_kv_service
 from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
-from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, stop_process, wait_until
+from tests.support.procs import free_port, kvgate_cmd, start_process, stop_process
+from tests.support.waiting import eventually, http_ok, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -31,14 +31,6 @@ def sim_worker(tmp_path: Path) -> Iterator[str]:
         stop_process(proc)
 
 
-async def eventually(pred: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not pred():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.02)
-
-
 async def test_blocks_a_sim_worker_caches_appear_under_the_registry_id(sim_worker: str) -> None:
     prompt = list(range(1000, 1000 + 16 * 6))
     async with httpx.AsyncClient(timeout=30) as client:
@@ -47,9 +39,11 @@ async def test_blocks_a_sim_worker_caches_appear_under_the_registry_id(sim_worke
         config = KVServiceConfig(backoff_initial_s=0.05, backoff_max_s=0.5)
         async with open_kv_service(state_url="memory", block_size=16, client=client, config=config) as kv:
             kv.add_worker("reg-1", sim_worker)
-            await eventually(lambda: kv.aliases.resolve("sim-1") == "reg-1")
+            await eventually(lambda: kv.aliases.resolve("sim-1") == "reg-1", timeout_s=15.0)
             resp = await client.post(
                 f"{sim_worker}/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 2}
             )
             assert resp.status_code == 200, resp.text
-            await eventually(lambda: kv.index.longest_prefix(hashes, ["reg-1"])["reg-1"].gpu_blocks == 6)
+            await eventually(
+                lambda: kv.index.longest_prefix(hashes, ["reg-1"])["reg-1"].gpu_blocks == 6, timeout_s=15.0
+            )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 import zmq
@@ -14,6 +13,7 @@ from gateway.kvindex.adapters.zmq_feed import ZmqFeedStats, run_zmq_feed
 from gateway.kvindex.memory import MemoryKVIndex
 from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
 from tests.support.procs import free_port
+from tests.support.waiting import eventually
 from tests.unit.gateway.kvindex.vllm_batches import (
     BLOCK,
     MODEL,
@@ -26,14 +26,6 @@ from tests.unit.gateway.kvindex.vllm_batches import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-async def eventually(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not pred():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.01)
 
 
 async def test_replayed_vllm_batches_in_both_encodings_reach_the_index() -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from loadtest.fleet import FleetSpec, launch
-from tests.support.procs import REPO, wait_until
+from tests.support.procs import REPO
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 TRACE = REPO.parent / "shared" / "traces" / "mooncake_conversation.jsonl"

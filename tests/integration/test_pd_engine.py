@@ -13,8 +13,9 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.pd_fleet import start as _start, wait_ready as _wait_ready
+from tests.integration.pd_fleet import start as _start
 from tests.support.procs import stop_process
+from tests.support.waiting import wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +33,7 @@ def test_pd_with_real_engines_matches_a_standalone_worker(redis_url: str, tmp_pa
         decode = _start([*engine, "--role", "decode", *tier], tmp_path / "decode.log", procs)
         reference = _start(engine, tmp_path / "reference.log", procs)
         for wid in (prefill, decode, reference):
-            _wait_ready(f"http://{wid}/health", procs, tmp_path)
+            wait_ready(procs, f"http://{wid}/health", logs=tmp_path)
         gateway = _start(
             [
                 "gateway", f"--worker=http://{prefill}#role=prefill", f"--worker=http://{decode}#role=decode",
@@ -41,7 +42,7 @@ def test_pd_with_real_engines_matches_a_standalone_worker(redis_url: str, tmp_pa
             tmp_path / "gateway.log",
             procs,
         )  # fmt: skip
-        _wait_ready(f"http://{gateway}/ready", procs, tmp_path)
+        wait_ready(procs, f"http://{gateway}/ready", logs=tmp_path)
         body = {"model": "kvgate-tiny", "prompt": PROMPT, "max_tokens": 6, "temperature": 0}
         expected = httpx.post(f"http://{reference}/v1/completions", json=body, timeout=60).json()
         client = openai.OpenAI(base_url=f"http://{gateway}/v1", api_key="unused", max_retries=0)

@@ -18,9 +18,10 @@ import pytest
 import redis
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.integration.pd_fleet import start as _start, wait_ready as _wait_ready
+from tests.integration.pd_fleet import start as _start
 from tests.support.procs import stop_process
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -50,13 +51,13 @@ def fleet(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
         decode = _start(["worker", *SIM, "--role", "decode", *tier], logs / "decode.log", procs)
         reference = _start(["worker", *SIM], logs / "reference.log", procs)
         for wid in (prefill, decode, reference):
-            _wait_ready(f"http://{wid}/health", procs, logs)
+            wait_ready(procs, f"http://{wid}/health", logs=logs)
         gw_args = [
             "gateway", f"--worker=http://{prefill}#role=prefill", f"--worker=http://{decode}#role=decode",
             "--policy-config", str(config), "--tokenizer", "bytes", "--health-interval-s", "0.2",
         ]  # fmt: skip
         gateway = _start(gw_args, logs / "gateway.log", procs)
-        _wait_ready(f"http://{gateway}/ready", procs, logs)
+        wait_ready(procs, f"http://{gateway}/ready", logs=logs)
         yield PDFleet(f"http://{gateway}", prefill, decode, f"http://{reference}", procs[0])
     finally:
         for proc in reversed(procs):

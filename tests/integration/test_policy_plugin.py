@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, stop_process, wait_until
+from tests.support.procs import free_port, kvgate_cmd, start_process, stop_process
+from tests.support.waiting import wait_ready
 from tests.unit.policies.fleets import EXAMPLE_PLUGIN_DIR
 
 pytestmark = pytest.mark.integration
@@ -40,12 +41,6 @@ def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     return os.pathsep.join([str(site), *([existing] if existing else [])])
 
 
-def _wait_up(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    wait_until(lambda: http_ok(url) or proc.poll() is not None, timeout_s=60)
-    if proc.poll() is not None:
-        raise RuntimeError(f"{url} exited early:\n{log.read_text(errors='replace')}")
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory, plugin_path: str) -> Iterator[str]:
     logs = tmp_path_factory.mktemp("logs")
@@ -57,14 +52,14 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, plugin_path: str) -> Itera
             args = kvgate_cmd("worker", "--sim", "--port", str(port), "--prefill-tps", "1000000")
             procs.append(start_process(args, log=logs / f"{wid}.log"))
         for proc, (wid, port) in zip(procs, ports.items(), strict=True):
-            _wait_up(proc, f"http://127.0.0.1:{port}/health", logs / f"{wid}.log")
+            wait_ready(proc, f"http://127.0.0.1:{port}/health", logs=logs / f"{wid}.log")
         urls = [f"--worker=http://127.0.0.1:{port}#id={wid}" for wid, port in ports.items()]
         config = logs / "policy.yaml"
         config.write_text("policy:\n  type: lowest_id\n  params: {skip_prefix: 'a-'}\n")
         port = free_port()
         args = ["--port", str(port), *urls, "--policy-config", str(config), "--tokenizer", "none"]
         procs.append(start_process(kvgate_cmd("gateway", *args), log=logs / "gateway.log", env=env))
-        _wait_up(procs[-1], f"http://127.0.0.1:{port}/ready", logs / "gateway.log")
+        wait_ready(procs[-1], f"http://127.0.0.1:{port}/ready", logs=logs / "gateway.log")
         yield f"http://127.0.0.1:{port}"
     finally:
         for proc in reversed(procs):

@@ -13,7 +13,8 @@ import orjson
 import pytest
 
 from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
-from tests.support.procs import free_port, http_ok, kvgate_cmd, start_process, stop_process, wait_until
+from tests.support.procs import free_port, kvgate_cmd, start_process, stop_process
+from tests.support.waiting import wait_ready, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +40,7 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     proc = start_process(kvgate_cmd("worker", *args), log=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: http_ok(f"{url}/health") or proc.poll() is not None, timeout_s=30)
-        assert proc.poll() is None, Path(log).read_text()
+        wait_ready(proc, f"{url}/health", logs=Path(log), timeout_s=30)
         yield url
     finally:
         stop_process(proc)

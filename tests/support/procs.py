@@ -1,4 +1,5 @@
-"""Helpers for tests that run real processes on loopback: free ports, readiness polling, clean stops."""
+"""Helpers for tests that run real processes on loopback: free ports, starts and clean stops (readiness
+polling: ``tests.support.waiting``)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-
-import httpx
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,23 +24,6 @@ def free_port(_given: set[int] = set()) -> int:  # noqa: B006 - the ports this t
         if port not in _given:
             _given.add(port)
             return port
-
-
-def wait_until(pred: Callable[[], bool], timeout_s: float = 20.0, interval_s: float = 0.05) -> None:
-    """Poll ``pred`` until it is true; raise TimeoutError after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(interval_s)
-    raise TimeoutError(f"condition not met within {timeout_s}s")
-
-
-def http_ok(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def start_process(

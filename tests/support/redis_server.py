@@ -9,7 +9,8 @@ from pathlib import Path
 
 import redis
 
-from tests.support.procs import free_port, start_process, stop_process, wait_until
+from tests.support.procs import free_port, start_process, stop_process
+from tests.support.waiting import wait_until
 
 
 @dataclass

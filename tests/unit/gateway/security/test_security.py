@@ -11,6 +11,7 @@ import pytest
 from gateway.security.admission import Admission, AdmissionLimits, AdmissionMiddleware
 from gateway.security.auth import AuthMiddleware, KeyRing
 from gateway.security.buckets import MemoryBuckets, Rate
+from gateway.security.errors import ErrorLayer
 from gateway.security.ratelimit import RateLimitMiddleware, RateLimits, estimate_tokens
 from kvgate_core.asgi import Receive, Scope, Send
 
@@ -75,7 +76,7 @@ def test_keyring_reads_files_and_matches(tmp_path: Path) -> None:
     ],
 )
 async def test_auth_guards_routes(path: str, headers: dict[str, str], status: int) -> None:
-    app = AuthMiddleware(ok_app, KeyRing.of(["sk-user"]), KeyRing.of(["sk-admin"]))
+    app = ErrorLayer(AuthMiddleware(ok_app, KeyRing.of(["sk-user"]), KeyRing.of(["sk-admin"])))
     async with _client(app) as c:
         r = await c.post(path, headers=headers, content=b"{}")
     assert r.status_code == status
@@ -86,7 +87,7 @@ async def test_auth_guards_routes(path: str, headers: dict[str, str], status: in
 
 async def test_request_rate_limit_answers_429_with_retry_after() -> None:
     clock = FakeClock()
-    app = RateLimitMiddleware(ok_app, RateLimits(requests_per_minute=3), MemoryBuckets(clock))
+    app = ErrorLayer(RateLimitMiddleware(ok_app, RateLimits(requests_per_minute=3), MemoryBuckets(clock)))
     async with _client(app) as c:
         codes = [(await c.post("/v1/completions", content=b"{}")).status_code for _ in range(4)]
         assert codes == [200, 200, 200, 429]
@@ -100,7 +101,7 @@ async def test_request_rate_limit_answers_429_with_retry_after() -> None:
 
 async def test_token_rate_limit_charges_prompt_and_max_tokens_and_keeps_the_body() -> None:
     clock = FakeClock()
-    app = RateLimitMiddleware(ok_app, RateLimits(tokens_per_minute=1000), MemoryBuckets(clock))
+    app = ErrorLayer(RateLimitMiddleware(ok_app, RateLimits(tokens_per_minute=1000), MemoryBuckets(clock)))
     body = b'{"prompt": "hello", "max_tokens": 600}'
     assert estimate_tokens(body) == len(body) // 4 + 600
     async with _client(app) as c:
@@ -112,7 +113,7 @@ async def test_token_rate_limit_charges_prompt_and_max_tokens_and_keeps_the_body
 async def test_limits_are_per_key() -> None:
     clock = FakeClock()
     limited = RateLimitMiddleware(ok_app, RateLimits(requests_per_minute=1), MemoryBuckets(clock))
-    app = AuthMiddleware(limited, KeyRing.of(["a", "b"]), None)
+    app = ErrorLayer(AuthMiddleware(limited, KeyRing.of(["a", "b"]), None))
     async with _client(app) as c:
         assert (await c.post("/v1/completions", headers={"x-api-key": "a"}, content=b"{}")).status_code == 200
         assert (await c.post("/v1/completions", headers={"x-api-key": "a"}, content=b"{}")).status_code == 429
@@ -155,7 +156,7 @@ async def test_admission_middleware_answers_503_when_full() -> None:
         await gate.wait()
         await ok_app(scope, receive, send)
 
-    app = AdmissionMiddleware(slow_app, Admission(AdmissionLimits(max_concurrent=1, max_queue=0)))
+    app = ErrorLayer(AdmissionMiddleware(slow_app, Admission(AdmissionLimits(max_concurrent=1, max_queue=0))))
     async with _client(app) as c:
         first = asyncio.create_task(c.post("/v1/chat/completions", content=b"{}"))
         await asyncio.sleep(0.05)

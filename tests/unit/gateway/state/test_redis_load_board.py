@@ -12,18 +12,11 @@ from gateway.state.protocols import WorkerLoad
 from gateway.state.redis import RedisLoadBoard, RedisLoadConfig, open_redis_state
 from policies.placement import Placement
 from tests.support.redis_server import new_redis_server
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.redis
 
 FAST = RedisLoadConfig(sync_interval_s=0.02, key_ttl_s=1.0, discover_interval_s=0.05)
-
-
-async def eventually(pred: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not pred():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.01)
 
 
 async def test_replicas_see_each_others_inflight_work(redis_url: str) -> None:

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m workers.sim.bench --url http://127.0.0.1:9001 --concurrency 1000 --requests 5000 \\
+    python -m loadtest.bench_worker --url http://127.0.0.1:9001 --concurrency 1000 --requests 5000 \\
         --max-tokens 8 [--stream] [--chat] [--pid PID]
 
 With ``--pid`` it also prints the worker's CPU time per request (from ``/proc/PID/stat``), the steadier
