@@ -4,7 +4,8 @@ Why not aiohttp or httpx here: per proxied request their client machinery costs 
 the gateway together (``loadtest/bench_proxy.py`` measures it). This client does only what the proxy needs:
 one write per request (head and body together), response parsing in C (httptools, chunked decoding
 included), pooled connections per worker, and back-pressure for streams. The health checker's frequent
-small GETs use it too (``H1Getter``); other control-plane calls keep httpx.
+small GETs (``H1Getter``) and the PD prefill calls (``H1Pool.fetch``) use it too; other control-plane
+calls keep httpx.
 
 Failures surface as ``UpstreamConnectionError`` (an ``OSError``). A request that fails on a *reused* idle
 connection before any response byte is retried once on a fresh connection, because the worker may have
@@ -190,6 +191,21 @@ class H1Pool:
             raise
         return conn
 
+    async def fetch(self, target: Target, request: bytes) -> tuple[int, bytes]:
+        """Send a complete request and read its whole response: ``(status, body)``.
+
+        The connection goes back to the pool only when the response was read to its end; on an error or a
+        cancellation (the caller's deadline) it is closed. The caller owns the deadline.
+
+        Raises:
+            UpstreamConnectionError: connecting or the exchange failed.
+        """
+        conn = await self.post(target, request)
+        try:
+            return conn.status, await conn.read_all()
+        finally:
+            self.release(target, conn)
+
     def release(self, target: Target, conn: H1Connection) -> None:
         """Return a connection after use: kept when its response completed, else closed."""
         if not conn.complete or conn.closed or self._closed:
@@ -252,8 +268,4 @@ class H1Getter:
     async def __call__(self, base_url: str, path: str) -> tuple[int, bytes]:
         """Raises ``UpstreamConnectionError`` (an ``OSError``) when the exchange fails."""
         target = Target.parse(base_url)
-        conn = await self._pool.post(target, target.get_request(path.encode()))
-        try:
-            return conn.status, await conn.read_all()
-        finally:
-            self._pool.release(target, conn)
+        return await self._pool.fetch(target, target.get_request(path.encode()))

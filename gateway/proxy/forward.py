@@ -16,7 +16,6 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-import aiohttp
 import orjson
 
 from gateway.errors import NoHealthyWorker, UpstreamError, WorkerTimeout, WorkerUnavailable
@@ -47,8 +46,7 @@ class Proxy:
     """Forwards OpenAI requests to the workers the router picks.
 
     Args:
-        pool: the pooled upstream client of the request path.
-        session: an aiohttp session for the PD prefill calls (``gateway.routing.pd``).
+        pool: the pooled upstream client of the request path (the PD prefill calls use it too).
         router: chooses workers.
         load: in-flight accounting.
         metrics: request counters and timings.
@@ -56,14 +54,13 @@ class Proxy:
         retry: attempts and backoff.
         rng: jitter source.
         sleep: injected for tests.
-        prefill: runs the PD prefill step (default: on ``session``, deadline ``timeouts.ttfb_s``).
+        prefill: runs the PD prefill step (default: on ``pool``, deadline ``timeouts.ttfb_s``).
     """
 
     def __init__(
         self,
         *,
         pool: H1Pool,
-        session: aiohttp.ClientSession,
         router: Router,
         load: LoadBoard,
         metrics: Metrics,
@@ -75,7 +72,7 @@ class Proxy:
     ) -> None:
         self._pool = pool
         self._targets: dict[str, Target] = {}
-        self._prefill = prefill or PrefillRunner(session=session, load=load, timeout_s=timeouts.ttfb_s)
+        self._prefill = prefill or PrefillRunner(pool=pool, load=load, timeout_s=timeouts.ttfb_s)
         self._router = router
         self._load = load
         self._metrics = metrics

@@ -28,7 +28,9 @@ serves the request alone, exactly as without PD):
 6. **Load.** The prefill worker's in-flight accounting holds the prompt's tokens for the prefill call's
    duration; the decode worker's is held by the proxy as for any request.
 
-This module owns step 1 and 3 (``PrefillRunner``); the proxy calls it between routing and forwarding.
+This module owns step 1 and 3 (``PrefillRunner``); the proxy calls it between routing and forwarding. The
+prefill call runs on the proxy's own pooled HTTP/1.1 client (``kvgate_core.h1``), so no request crosses two
+client stacks.
 """
 
 from __future__ import annotations
@@ -40,17 +42,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import aiohttp
 import orjson
 
 from gateway.fleet.registry import WorkerRecord
 from gateway.routing.hold import Hold
 from gateway.state.protocols import LoadBoard
+from kvgate_core.h1 import H1Pool, Target
 
 logger = logging.getLogger(__name__)
 
 PD_HEADER: Final = "x-kvgate-pd"
-PREFILL_HEADERS: Final = {"Content-Type": "application/json", PD_HEADER: "prefill"}
+# the header line after the content-type that ``Target.post_request`` always writes
+_PREFILL_HEADER: Final = f"{PD_HEADER}: prefill\r\n".encode()
 _DROPPED: Final = ("stream_options", "max_completion_tokens", "n", "logprobs", "top_logprobs", "best_of")
 
 
@@ -83,7 +86,7 @@ class PrefillRunner:
     """Runs the prefill step of a PD request.
 
     Args:
-        session: the proxy's pooled upstream client.
+        pool: the proxy's pooled upstream client (a connection is reused only after a complete answer).
         load: in-flight accounting (the prefill worker holds the prompt's tokens during the call).
         timeout_s: deadline of the whole prefill call (a prefill slower than this falls back).
         clock: monotonic seconds.
@@ -92,14 +95,15 @@ class PrefillRunner:
     def __init__(
         self,
         *,
-        session: aiohttp.ClientSession,
+        pool: H1Pool,
         load: LoadBoard,
         timeout_s: float,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("the prefill timeout must be > 0")
-        self._session = session
+        self._pool = pool
+        self._targets: dict[str, Target] = {}
         self._load = load
         self._timeout_s = timeout_s
         self._clock = clock
@@ -110,7 +114,7 @@ class PrefillRunner:
         hold = Hold.take(self._load, record, tokens)
         start = self._clock()
         try:
-            reason = await self._call(record.url + path, body)
+            reason = await self._call(record.url, path, body)
             hold.end(answered=not reason)
         finally:
             hold.end(answered=False)
@@ -122,14 +126,17 @@ class PrefillRunner:
         record.breaker.record_success()
         return PrefillOutcome(True, record.id, seconds)
 
-    async def _call(self, url: str, body: bytes) -> str:
+    async def _call(self, url: str, path: str, body: bytes) -> str:
         """The failure's reason, or an empty string on success."""
+        target = self._targets.get(url)
+        if target is None:
+            target = self._targets[url] = Target.parse(url)
+        request = target.post_request(path.encode(), body, _PREFILL_HEADER)
         try:
             async with asyncio.timeout(self._timeout_s):
-                async with self._session.post(url, data=body, headers=PREFILL_HEADERS) as resp:
-                    await resp.read()
-                    return "" if resp.status == 200 else f"status {resp.status}"
+                status, _ = await self._pool.fetch(target, request)  # closes the connection unless read whole
         except TimeoutError:
             return "timeout"
-        except (aiohttp.ClientError, OSError) as exc:
+        except OSError as exc:  # UpstreamConnectionError: connect failed, or the connection broke
             return f"connect: {exc!r}"
+        return "" if status == 200 else f"status {status}"

@@ -124,3 +124,45 @@ async def test_a_cancelled_request_on_a_reused_connection_closes_it() -> None:
         pool.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_fetch_reads_the_whole_answer_and_keeps_the_connection(
+    server: tuple[Target, list[object]],
+) -> None:
+    target, peers = server
+    pool = H1Pool(connect_timeout_s=1.0)
+    answers = [await pool.fetch(target, target.post_request(b"/echo", b'{"i":%d}' % i)) for i in range(2)]
+    pool.close()
+    assert answers == [(200, b'{"i":%d}' % i) for i in range(2)]
+    assert len(set(peers)) == 1
+
+
+async def test_fetch_cancelled_mid_body_closes_the_connection() -> None:
+    connections: list[asyncio.Event] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        gone = asyncio.Event()
+        connections.append(gone)
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nok")  # 8 bytes short, then silence
+        await writer.drain()
+        await reader.read()
+        gone.set()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    target = Target.parse(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    pool = H1Pool(connect_timeout_s=1.0)
+    try:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await pool.fetch(target, target.get_request(b"/x"))
+        await asyncio.wait_for(connections[0].wait(), 5)  # the worker saw the connection go
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await pool.fetch(target, target.get_request(b"/x"))
+        assert len(connections) == 2  # the half-read connection never went back to the pool
+    finally:
+        pool.close()
+        server.close()
+        await server.wait_closed()
