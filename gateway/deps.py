@@ -16,7 +16,6 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from dataclasses import dataclass
 from typing import Protocol
 
-import aiohttp
 import httpx
 
 from gateway.analyze.analyzer import PromptAnalyzer
@@ -147,13 +146,15 @@ async def build_analyzer(
 
 
 def _open_kv(
-    settings: Settings, client: httpx.AsyncClient, clock: Callable[[], float]
+    settings: Settings, client: httpx.AsyncClient, clock: Callable[[], float], state: State
 ) -> AbstractAsyncContextManager[KVService]:
+    """The KV service; with Redis state its backplane runs on the state's one Redis client."""
     config = None
     if settings.kv_index == "approximate":
         config = KVServiceConfig(approximate=ApproximateIndexConfig())
     cm: AbstractAsyncContextManager[KVService] = open_kv_service(
         state_url=settings.state_url,
+        redis=state.redis,
         block_size=settings.block_size,
         client=client,
         clock=clock,
@@ -184,10 +185,6 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         )
         upstream = await stack.enter_async_context(open_upstream(timeouts=settings.timeouts))
         probes = H1Getter(await stack.enter_async_context(open_upstream(timeouts=settings.timeouts)))
-        # PD prefill calls (gateway.routing.pd) are off the hot path and use aiohttp.
-        prefill_session = await stack.enter_async_context(
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(sock_connect=settings.timeouts.connect_s))
-        )
         policy = ov.policy or build_policy(settings, ov.clock, state.load)
         analyzer = ov.analyzer or await build_analyzer(settings, policy, control)
         kv = ov.kv_service
@@ -196,7 +193,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
                 reports = await parity_reports(analyzer, [w.url for w in settings.workers], control)
                 if refuse_precise(reports):
                     settings = dataclasses.replace(settings, kv_index="approximate")
-            kv = await stack.enter_async_context(_open_kv(settings, control, ov.clock))
+            kv = await stack.enter_async_context(_open_kv(settings, control, ov.clock, state))
         fleet = Fleet(breaker=settings.breaker, clock=ov.clock)
         for spec in settings.workers:
             fleet.add(spec)
@@ -213,7 +210,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
             feedback=PrefixFeedback(metrics.registry) if kv is not None else None,
         )  # fmt: skip
         proxy = Proxy(
-            pool=upstream, session=prefill_session, router=router, load=state.load, metrics=metrics,
+            pool=upstream, router=router, load=state.load, metrics=metrics,
             timeouts=settings.timeouts,
             retry=settings.retry, rng=random.Random(),
         )  # fmt: skip

@@ -8,20 +8,25 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import uvicorn
 
-from gateway.app import create_app
-from gateway.deps import build_policy
+from gateway.app import GatewayApp, create_app
+from gateway.deps import Deps, build_policy
 from gateway.errors import ConfigError
 from gateway.observability.logging import configure as configure_logging
 from gateway.reload import WorkerSource
 from gateway.security.setup import SecuritySettings, add_security_arguments, security_from_args, wrap_app
 from gateway.settings import DEFAULT_HALF_LIFE_S, DEFAULT_POLICY, Settings, Timeouts, WorkerSpec, from_args
+from gateway.state.redis_client import is_redis_url
 from kvgate_core.asgi import ASGIApp
 from kvgate_core.config import parse_layered
 from kvgate_core.tracing import build_tracer_provider
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
 
 logger = logging.getLogger(__name__)
 
@@ -105,12 +110,20 @@ def build_asgi(
     if security.trace:
         provider = build_tracer_provider(otlp_endpoint=security.otlp_endpoint)
         tracer = provider.get_tracer("kvgate.gateway")
-    return wrap_app(
-        create_app(settings, reload_source=reload_source),
-        security,
-        state_url=settings.state_url,
-        tracer=tracer,
-    )
+    app = create_app(settings, reload_source=reload_source)
+    redis = _state_redis(app) if is_redis_url(settings.state_url) else None
+    return wrap_app(app, security, redis=redis, tracer=tracer)
+
+
+def _state_redis(app: GatewayApp) -> Callable[[], Redis | None]:
+    """The state's one Redis client once the app's lifespan has opened it (``app.state.deps``), else None:
+    the protective layers wrap the app from outside that lifespan, so they are handed the client late."""
+
+    def client() -> Redis | None:
+        deps: Deps | None = getattr(app.state, "deps", None)
+        return deps.state.redis if deps is not None else None
+
+    return client
 
 
 def serve(

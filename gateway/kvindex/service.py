@@ -40,6 +40,7 @@ from gateway.kvindex.index import KVIndex
 from gateway.kvindex.memory import MemoryIndexConfig, MemoryKVIndex
 from gateway.kvindex.shared_predictions import ReplicatedKVIndex
 from gateway.kvindex.stream import wait_for_entry
+from gateway.state.redis_client import is_redis_url, open_redis
 from kvgate_core.kvcontract.events import KVEvent
 
 if TYPE_CHECKING:
@@ -221,6 +222,7 @@ async def open_kv_service(
     state_url: str,
     block_size: int,
     client: httpx.AsyncClient,
+    redis: Redis | None = None,
     clock: Callable[[], float] = time.monotonic,
     config: KVServiceConfig | None = None,
     on_evict: Callable[[int], None] | None = None,
@@ -230,6 +232,9 @@ async def open_kv_service(
     Args:
         state_url: ``memory`` or ``redis://host:port/db``.
         block_size: the gateway's block size; a worker reporting another one is not indexed.
+        redis: the gateway's one Redis client (``State.redis``): the backplane runs on it and leaves it
+            open. When None, a ``redis://`` ``state_url`` opens a client of the service's own
+            (``gateway.state.redis_client.open_redis``, closed on exit), for the service run alone.
         client: shared HTTP client for ``/kv/blocks`` and ``/kv/events``.
         clock: monotonic seconds (prediction TTLs, approximate TTLs, warning intervals).
         config: tuning; defaults when omitted.
@@ -245,8 +250,10 @@ async def open_kv_service(
     else:
         index = MemoryKVIndex(cfg.index, clock=clock, on_evict=on_evict)
     feed = FeedConfig(block_size, cfg.backoff_initial_s, cfg.backoff_max_s)
-    redis = _redis_client(state_url)
-    try:
+    shared = _is_redis_state(state_url)
+    async with contextlib.AsyncExitStack() as owned:
+        if redis is None and shared:
+            redis = await owned.enter_async_context(open_redis(state_url))
         async with asyncio.TaskGroup() as tasks:
             backplane = None
             service = KVService(index=index, client=client, feed=feed, tasks=tasks, backplane=None)
@@ -279,16 +286,11 @@ async def open_kv_service(
             await backplane.release_leases()
         if body_error is not None:
             raise body_error
-    finally:
-        if redis is not None:
-            await redis.aclose()
 
 
-def _redis_client(state_url: str) -> Redis | None:
+def _is_redis_state(state_url: str) -> bool:
     if state_url == "memory":
-        return None
-    if not state_url.startswith(("redis://", "rediss://", "unix://")):
+        return False
+    if not is_redis_url(state_url):
         raise ValueError(f"state URL {state_url!r}: use 'memory' or 'redis://host:port/db'")
-    from redis.asyncio import Redis  # imported lazily: memory-only gateways need no Redis client
-
-    return Redis.from_url(state_url, socket_connect_timeout=1.0, socket_timeout=5.0)
+    return True

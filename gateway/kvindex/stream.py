@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, cast
 
 from gateway.kvindex.consumers import parse_event_payload
+from gateway.state.redis_client import MAX_BLOCK_S
 from kvgate_core.kvcontract.events import EVENTS_STREAM, EventDecodeError, KVEvent, encode_events
 
 if TYPE_CHECKING:
@@ -73,7 +74,8 @@ async def release_relay(redis: Redis, worker: str, token: str) -> None:
 class StreamReader:
     """Reads a stream (``kvgate:events`` by default) from a position on, handing each entry to a callback.
 
-    ``read_once`` blocks at most ``block_ms``; errors (Redis down) propagate to the caller's loop.
+    ``read_once`` blocks at most ``block_ms`` (by default ``MAX_BLOCK_S``, which the shared client's socket
+    timeout outlasts); errors (Redis down) propagate to the caller's loop.
     """
 
     __slots__ = ("_on_payload", "_redis", "_stream", "block_ms", "last_id", "num_bad_entries")
@@ -85,7 +87,7 @@ class StreamReader:
         *,
         start_id: bytes = b"0-0",
         stream: str = EVENTS_STREAM,
-        block_ms: int = 1_000,
+        block_ms: int = int(MAX_BLOCK_S * 1000),
         on_payload: Callable[[bytes], None] | None = None,
     ) -> None:
         """Read ``stream``: each entry's ``e`` field goes to ``on_payload``, or is parsed as KV events for

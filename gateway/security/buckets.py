@@ -11,9 +11,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from redis.commands.core import AsyncScript
 
 logger = logging.getLogger(__name__)
+
+RedisProvider = Callable[[], "Redis | None"]
+"""The gateway's Redis client while it is open, else None; called at every check (see ``RedisBuckets``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,25 +84,40 @@ return wait
 class RedisBuckets:
     """Buckets shared by every gateway replica (one Lua script call per check).
 
-    A Redis error falls back to process-local buckets (logged): limits become per replica, requests are
-    still served.
+    A Redis error, or no answer within ``timeout_s`` (each call's own deadline: the shared client's socket
+    timeout is longer), falls back to process-local buckets (logged): limits become per replica, requests
+    are still served.
+
+    The client is the gateway's one Redis client, asked of ``redis`` at each check: these layers wrap the
+    app from outside the lifespan that opens it. Until it is open (None) the local buckets answer.
     """
 
-    def __init__(self, client: Any, fallback: MemoryBuckets, timeout_s: float = 0.05) -> None:
-        self._client = client
-        self._script = client.register_script(_LUA)
+    def __init__(self, redis: RedisProvider, fallback: MemoryBuckets, timeout_s: float = 0.05) -> None:
+        self._redis = redis
+        self._bound: tuple[Redis, AsyncScript] | None = None  # the client and the script registered on it
         self._fallback = fallback
         self._timeout_s = timeout_s
         self.degraded = False
+
+    def _script(self) -> AsyncScript | None:
+        client = self._redis()
+        if client is None:
+            return None
+        if self._bound is None or self._bound[0] is not client:
+            self._bound = (client, client.register_script(_LUA))
+        return self._bound[1]
 
     async def take(self, key: str, amount: float, rate: Rate) -> float:
         import asyncio
 
         import redis
 
+        script = self._script()
+        if script is None:
+            return self._fallback.take_now(key, amount, rate)
         try:
             async with asyncio.timeout(self._timeout_s):
-                wait_ms = await self._script(
+                wait_ms = await script(
                     keys=[f"kvgate:rl:{key}"], args=[amount, rate.per_minute, rate.per_second, time.time()]
                 )
         except (redis.RedisError, OSError, TimeoutError) as exc:

@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.security.admission import Admission, AdmissionLimits, AdmissionMiddleware
 from gateway.security.auth import AuthMiddleware, KeyRing
-from gateway.security.buckets import BucketStore, MemoryBuckets, RedisBuckets
+from gateway.security.buckets import BucketStore, MemoryBuckets, RedisBuckets, RedisProvider
 from gateway.security.errors import ErrorLayer
 from gateway.security.ratelimit import RateLimitMiddleware, RateLimits
 from kvgate_core.asgi import ASGIApp
@@ -94,25 +94,27 @@ def security_from_args(args: argparse.Namespace) -> SecuritySettings:
     )
 
 
-def bucket_store(state_url: str) -> BucketStore:
-    """Rate-limit buckets: shared through Redis when the gateway's state is in Redis."""
-    if state_url.startswith(("redis://", "rediss://", "unix://")):
-        import redis.asyncio as aioredis
-
-        client = aioredis.from_url(state_url, socket_timeout=0.2, socket_connect_timeout=0.2)
-        return RedisBuckets(client, MemoryBuckets())
+def bucket_store(redis: RedisProvider | None) -> BucketStore:
+    """Rate-limit buckets: shared through the gateway's Redis client when its state is in Redis (``redis``
+    gives that client once the app's lifespan has opened it), else in memory."""
+    if redis is not None:
+        return RedisBuckets(redis, MemoryBuckets())
     return MemoryBuckets()
 
 
 def wrap_app(
-    app: ASGIApp, sec: SecuritySettings, *, state_url: str = "memory", tracer: Any = None
+    app: ASGIApp, sec: SecuritySettings, *, redis: RedisProvider | None = None, tracer: Any = None
 ) -> ASGIApp:
-    """Wrap ``app`` in the configured layers (none when nothing is configured)."""
+    """Wrap ``app`` in the configured layers (none when nothing is configured).
+
+    ``redis``: with Redis state, the state's one Redis client, bound late (the layers wrap the app from
+    outside the lifespan that opens it); the rate limits then share buckets between replicas.
+    """
     wrapped = app
     if sec.admission is not None:
         wrapped = AdmissionMiddleware(wrapped, Admission(sec.admission))
     if sec.limits.requests_per_minute or sec.limits.tokens_per_minute:
-        wrapped = RateLimitMiddleware(wrapped, sec.limits, bucket_store(state_url))
+        wrapped = RateLimitMiddleware(wrapped, sec.limits, bucket_store(redis))
     if sec.api_keys is not None or sec.admin_keys is not None:
         wrapped = AuthMiddleware(wrapped, sec.api_keys, sec.admin_keys)
     if wrapped is not app:

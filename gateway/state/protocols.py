@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from policies.placement import Placement
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +72,12 @@ class LoadBoard(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class State:
-    """The state backends of one gateway, opened and closed together by ``open_state``."""
+    """The state backends of one gateway, opened and closed together by ``open_state``.
+
+    ``redis`` is the gateway's one Redis client (``gateway.state.redis_client``) with ``redis://`` state,
+    else None; the KV backplane and the rate-limit buckets share it, and ``open_state`` closes it.
+    """
 
     load: LoadBoard
     url: str = "memory"
+    redis: Redis | None = None

@@ -16,13 +16,15 @@ it sees a replica that writes that layout (and so reads only it), it writes its 
 Redis down: the board answers local figures only, ``degraded`` is set, a warning is logged once per interval,
 and it recovers by itself.
 
-The KV index's Redis side lives in ``gateway/kvindex/`` (stream and relays), not here.
+The client is ``State.redis`` (``gateway.state.redis_client``), shared with the KV index's Redis side
+(``gateway/kvindex/``) and the rate limits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -34,6 +36,7 @@ import orjson
 
 from gateway.state.protocols import State, WorkerLoad
 from gateway.state.recent import RecentConfig, RecentSums, decayed
+from gateway.state.redis_client import RedisClientSettings, open_redis
 from policies.placement import Placement
 
 if TYPE_CHECKING:
@@ -276,30 +279,39 @@ def _sum_figures(
 
 
 @contextlib.asynccontextmanager
-async def open_redis_state(url: str, *, config: RedisLoadConfig | None = None) -> AsyncIterator[State]:
-    """Open the Redis state named by ``url``: a ``State`` whose ``load`` is a ``RedisLoadBoard``.
+async def open_redis_state(
+    url: str, *, config: RedisLoadConfig | None = None, client: RedisClientSettings | None = None
+) -> AsyncIterator[State]:
+    """Open the Redis state named by ``url``: a ``State`` whose ``load`` is a ``RedisLoadBoard`` and whose
+    ``redis`` is the gateway's one Redis client (``open_redis``), named ``{client_name}:{replica id}``.
 
-    The Redis client is created here and closed on exit; the sync task runs for the context's lifetime.
-    A Redis that is down at start is not an error: the board starts degraded and recovers by itself.
+    The client is opened here and closed on exit (after the KV service and the rate limits, opened later,
+    are done with it); the sync task runs for the context's lifetime. A Redis that is down at start is not
+    an error: the board starts degraded and recovers by itself.
+
+    Raises:
+        ValueError: ``url`` is not a Redis URL the client can parse.
     """
-    from redis.asyncio import Redis
     from redis.exceptions import RedisError
 
-    redis = Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=2.0)
-    board = RedisLoadBoard(redis, config=config)
-    try:
-        body_error: BaseException | None = None
-        async with asyncio.TaskGroup() as tasks:
-            task = tasks.create_task(board.run(), name="redis-load-board")
-            try:
-                yield State(load=board, url=url)
-            except BaseException as exc:  # noqa: BLE001 - re-raised unchanged below, not wrapped in a group
-                body_error = exc
-            finally:
-                task.cancel()
-        if body_error is not None:
-            raise body_error
-    finally:
-        with contextlib.suppress(RedisError, OSError):
-            await redis.delete(board.key)
-        await redis.aclose()
+    settings = client or RedisClientSettings()
+    replica_id = uuid.uuid4().hex
+    if settings.client_name is not None:
+        settings = dataclasses.replace(settings, client_name=f"{settings.client_name}:{replica_id}")
+    async with open_redis(url, settings) as redis:
+        board = RedisLoadBoard(redis, replica_id=replica_id, config=config)
+        try:
+            body_error: BaseException | None = None
+            async with asyncio.TaskGroup() as tasks:
+                task = tasks.create_task(board.run(), name="redis-load-board")
+                try:
+                    yield State(load=board, url=url, redis=redis)
+                except BaseException as exc:  # noqa: BLE001 - re-raised unchanged below, not wrapped in a group
+                    body_error = exc
+                finally:
+                    task.cancel()
+            if body_error is not None:
+                raise body_error
+        finally:
+            with contextlib.suppress(RedisError, OSError):
+                await redis.delete(board.key)

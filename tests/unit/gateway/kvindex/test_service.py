@@ -50,3 +50,24 @@ async def test_an_error_in_the_callers_body_comes_out_unwrapped(
         with pytest.raises(BodyError):
             async with open_kv_service(state_url=url, block_size=16, client=client):
                 raise BodyError
+
+
+@pytest.mark.redis
+async def test_the_backplane_runs_on_the_client_it_is_handed_and_leaves_it_open(redis_url: str) -> None:
+    from gateway.kvindex.stream import publish_events
+    from gateway.state.redis_client import RedisClientSettings, open_redis
+    from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
+
+    event = KVEvent(worker="w", type=EventType.STORED, tier=Tier.GPU, hashes=(1, 2))
+    async with open_redis(redis_url, RedisClientSettings(client_name="shared")) as redis:
+        async with (
+            httpx.AsyncClient() as client,
+            open_kv_service(state_url=redis_url, redis=redis, block_size=16, client=client) as kv,
+        ):
+            entry_id = await publish_events(redis, [event])
+            assert entry_id is not None
+            await kv.wait_for_stream(entry_id)
+            assert kv.index.longest_prefix([1, 2], ["w"])["w"].gpu_blocks == 2
+            names = {c["name"] for c in await redis.client_list()} - {""}  # unnamed: other tests' clients
+            assert names == {"shared"}  # no client of the service's own (it would be "kvgate-gateway")
+        assert await redis.ping()  # still open: the state closes it, not the service
