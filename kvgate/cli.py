@@ -75,7 +75,7 @@ class _Missing:
     error: ModuleNotFoundError
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        return None
 
     def run(self, args: argparse.Namespace) -> int:
         hint = f"pip install 'kvgate[{self.extra}]'" if self.extra else "reinstall kvgate"
@@ -97,9 +97,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     subparsers = parser.add_subparsers(dest="command", required=True)
     subs: dict[str, argparse.ArgumentParser] = {}
     for name, command in SUBCOMMANDS.items():
-        sub = subparsers.add_parser(name, help=command.help, description=command.help)
+        module = load_subcommand(name)
+        help_text = command.help
+        if isinstance(module, _Missing):
+            help_text += f" (needs kvgate[{command.extra}])"
+        sub = subparsers.add_parser(name, help=help_text, description=help_text)
         sub.add_argument("--config", help="YAML file of option: value (flags and KVGATE_* override it)")
-        load_subcommand(name).add_arguments(sub)
+        module.add_arguments(sub)
         subs[name] = sub
     return parser, subs
 
@@ -116,6 +120,10 @@ def parse(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in SUBCOMMANDS:
+        module = load_subcommand(args_list[0])
+        if isinstance(module, _Missing):  # its flags are unknown here: say what to install, not "bad flag"
+            return module.run(argparse.Namespace())
     try:
         args = parse(args_list, os.environ)
     except ConfigSourceError as exc:
