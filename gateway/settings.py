@@ -8,6 +8,7 @@ to change. Nothing here reads the environment.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
@@ -20,6 +21,9 @@ from policies.api import Role
 
 DEFAULT_POLICY = "prefix_cache_aware"
 
+
+#: Worker ids travel in response headers (``x-kvgate-worker``): printable ASCII, no spaces.
+_HEADER_SAFE: Final = re.compile(r"[!-~]{1,128}")
 
 #: Half-life of the recent routed load that policies read (``gateway.state.recent``).
 DEFAULT_HALF_LIFE_S: Final = 30.0
@@ -156,6 +160,8 @@ def parse_worker(raw: str) -> WorkerSpec:
     if engine not in ("vllm", "sglang"):
         raise ConfigError(f"worker URL {raw!r}: engine must be vllm or sglang")
     wid = frag.get("id") or parts.netloc + parts.path.rstrip("/")
+    if not _HEADER_SAFE.fullmatch(wid):  # it is sent back in the x-kvgate-worker response header
+        raise ConfigError(f"worker URL {raw!r}: the id must be 1-128 printable ASCII characters, no spaces")
     return WorkerSpec(id=wid, url=url, role=role, events=events, engine=engine, model=model)
 
 

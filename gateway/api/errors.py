@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 
+from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.errors import KvgateError, error_body
+from gateway.errors import InvalidRequest, KvgateError, error_body
 
 logger = logging.getLogger(__name__)
 
@@ -53,3 +54,21 @@ async def http_error_handler(_request: Request, exc: Exception) -> Response:
     return Response(
         error_body(str(detail), error_type, code), status_code=status, media_type="application/json"
     )
+
+
+def invalid_request(exc: RequestValidationError) -> InvalidRequest:
+    """FastAPI's validation failure as OpenAI's 400, naming the first offending field in ``param``."""
+    first = exc.errors()[0] if exc.errors() else {}
+    if first.get("type") == "json_invalid":
+        return InvalidRequest("the request body is not valid JSON")
+    field = ".".join(str(part) for part in first.get("loc", ())[1:])  # drop "body" / "query" / "path"
+    if not field:
+        return InvalidRequest("the request body must be a JSON object")
+    return InvalidRequest(f"invalid '{field}': {first.get('msg', 'invalid value')}", param=field)
+
+
+async def validation_error_handler(_request: Request, exc: Exception) -> Response:
+    """Never FastAPI's 422 body: request validation errors get the same 400 as the gateway's own checks."""
+    if isinstance(exc, RequestValidationError):
+        return error_response(invalid_request(exc))
+    return error_response(unexpected(exc))

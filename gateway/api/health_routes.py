@@ -2,29 +2,50 @@
 
 from __future__ import annotations
 
-import orjson
+from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.requests import Request
-from starlette.responses import Response
 
-from gateway.api.errors import error_response
-from gateway.api.openai_routes import deps_of
+from gateway.api.control import ERROR_DOC, AppDeps, ControlRoute, add_get
+from gateway.api.models import ErrorResponse, HealthStatus, ReadyStatus
 from gateway.errors import NoHealthyWorker
 
 
-async def health(_request: Request) -> Response:
-    return Response(b'{"status":"ok"}', media_type="application/json")
+async def health() -> HealthStatus:
+    """The process is alive."""
+    return HealthStatus()
 
 
-async def ready(request: Request) -> Response:
-    fleet = deps_of(request.scope).fleet
-    num_ready = sum(1 for r in fleet if r.available)
+async def ready(deps: AppDeps) -> ReadyStatus:
+    """At least one worker is healthy, not draining and not cut off by its breaker."""
+    num_ready = sum(1 for r in deps.fleet if r.available)
     if num_ready == 0:
-        return error_response(NoHealthyWorker("no healthy worker yet; check the --worker URLs"))
-    return Response(
-        orjson.dumps({"status": "ready", "healthy_workers": num_ready}), media_type="application/json"
+        raise NoHealthyWorker("no healthy worker yet; check the --worker URLs")
+    return ReadyStatus(healthy_workers=num_ready)
+
+
+async def metrics(deps: AppDeps) -> Response:
+    """The gateway's ``kvgate_*`` metrics in Prometheus' text format."""
+    return Response(deps.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+def health_router() -> APIRouter:
+    """The probe routes; open to anyone (``gateway.security.auth`` leaves them unauthenticated)."""
+    router = APIRouter(tags=["health"], route_class=ControlRoute)
+    add_get(router, "/health", health, response_model=HealthStatus, operation_id="health")
+    add_get(
+        router,
+        "/ready",
+        ready,
+        response_model=ReadyStatus,
+        operation_id="ready",
+        responses={503: {"model": ErrorResponse, "description": ERROR_DOC}},
     )
-
-
-async def metrics(request: Request) -> Response:
-    return Response(deps_of(request.scope).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    add_get(
+        router,
+        "/metrics",
+        metrics,
+        response_class=Response,
+        operation_id="metrics",
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+    )
+    return router

@@ -1,17 +1,14 @@
-"""``/v1/chat/completions``, ``/v1/completions`` and ``/v1/models``.
+"""``/v1/chat/completions`` and ``/v1/completions`` (``GET /v1/models`` is in ``catalog_routes``).
 
 The two completion routes are plain ASGI callables (no per-request dependency injection, no pydantic):
 read the body within the size limit → parse and check once → ``Router.prepare`` → ``Proxy.handle``.
+``gateway.api.completion_docs`` describes them in the OpenAPI document.
 """
 
 from __future__ import annotations
 
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
-
-import orjson
-from starlette.requests import Request
-from starlette.responses import Response
 
 from gateway.api.errors import unexpected
 from gateway.errors import BodyTooLarge, InvalidRequest, KvgateError, UnsupportedMediaType, send_error
@@ -85,9 +82,3 @@ class CompletionEndpoint:
             await send_error(send, exc)
         except Exception as exc:  # noqa: BLE001 - request boundary: log it, answer 500, never leak a traceback
             await send_error(send, unexpected(exc))
-
-
-async def list_models(request: Request) -> Response:
-    """The union of the workers' models (learned by the health loop)."""
-    cards = deps_of(request.scope).fleet.model_cards()
-    return Response(orjson.dumps({"object": "list", "data": cards}), media_type="application/json")

@@ -15,3 +15,9 @@ def test_worker_url_can_name_a_foreign_engines_zmq_events() -> None:
         parse_worker("http://h:1#events=tcp://h:2")
     with pytest.raises(ConfigError, match="engine must be"):
         parse_worker("http://h:1#events=tcp://h:2&model=m&engine=trt")
+
+
+@pytest.mark.parametrize("wid", ["has space", "new%0Aline", "é", "x" * 129])
+def test_a_worker_id_that_cannot_travel_in_a_header_is_refused(wid: str) -> None:
+    with pytest.raises(ConfigError, match="printable ASCII"):
+        parse_worker(f"http://127.0.0.1:9001#id={wid}")
