@@ -30,7 +30,7 @@ from gateway.kvindex.index import KVIndex
 from gateway.kvindex.service import KVServiceConfig, open_kv_service
 from gateway.observability.metrics import Metrics
 from gateway.proxy.forward import Proxy
-from gateway.proxy.upstream import open_upstream
+from gateway.proxy.upstream import UpstreamQueue, open_upstream
 from gateway.routing.parity_gate import parity_reports, refuse_precise
 from gateway.routing.router import Router
 from gateway.settings import Settings
@@ -183,7 +183,9 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         control = await stack.enter_async_context(
             httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=settings.timeouts.connect_s))
         )
-        upstream = await stack.enter_async_context(open_upstream(timeouts=settings.timeouts))
+        upstream = await stack.enter_async_context(
+            open_upstream(timeouts=settings.timeouts, limits=settings.upstream)
+        )
         probes = H1Getter(await stack.enter_async_context(open_upstream(timeouts=settings.timeouts)))
         policy = ov.policy or build_policy(settings, ov.clock, state.load)
         analyzer = ov.analyzer or await build_analyzer(settings, policy, control)
@@ -208,10 +210,11 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
             fleet=fleet, load=state.load, policy=policy, analyzer=analyzer,
             kv_index=kv.index if kv is not None else None, block_size=settings.block_size, metrics=metrics,
             feedback=PrefixFeedback(metrics.registry) if kv is not None else None,
+            upstream_queue=UpstreamQueue(upstream),
         )  # fmt: skip
         proxy = Proxy(
             pool=upstream, router=router, load=state.load, metrics=metrics,
-            timeouts=settings.timeouts,
+            timeouts=settings.timeouts, limits=settings.upstream,
             retry=settings.retry, rng=random.Random(),
         )  # fmt: skip
         health = HealthChecker(

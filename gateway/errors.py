@@ -16,6 +16,7 @@
     ├── CapacityError          503: nobody can take it now
     │   ├── NoHealthyWorker        503 no_healthy_worker
     │   └── Overloaded             503 overloaded, the concurrency cap's queue is full (+ retry-after)
+    │       └── UpstreamSaturated  503 upstream_saturated, the workers' connection caps and queues are full
     ├── UpstreamError          502/504: the worker failed
     │   ├── WorkerUnavailable      502 worker_unavailable
     │   └── WorkerTimeout          504 worker_timeout
@@ -152,6 +153,13 @@ class Overloaded(CapacityError):  # noqa: N818 - OpenAI-style names from STYLE �
 
     def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
         super().__init__(message, headers=[(b"retry-after", str(retry_after_s).encode())])
+
+
+class UpstreamSaturated(Overloaded):
+    """Every worker tried is at its upstream connection cap with a full wait queue, or the wait for a
+    connection ran out; nothing was forwarded (503 + ``Retry-After``)."""
+
+    default_code = "upstream_saturated"
 
 
 class UpstreamError(KvgateError):

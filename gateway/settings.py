@@ -93,6 +93,65 @@ class Timeouts:
     idle_s: float = 30.0
 
 
+#: open upstream connections per worker that advertises no running slots (``max_running`` in ``/load``)
+DEFAULT_UPSTREAM_CONNECTIONS: Final = 256
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamLimits:
+    """Bounds on the proxy's upstream connections, per worker (``--upstream-*``).
+
+    Attributes:
+        max_connections: open connections (in use + idle) per worker; None (``auto``): the worker's running
+            slots as its ``/load`` advertises them (``max_running``), else ``DEFAULT_UPSTREAM_CONNECTIONS``.
+        max_waiting: requests that may wait for a connection per worker beyond those the cap still lets
+            connect; more are shed at once with 503 + ``Retry-After``.
+        queue_timeout_s: the longest wait for a connection (at most half the first-byte deadline, so a
+            request that got one still has time to be answered); then 503 + ``Retry-After``.
+        max_connecting: connects in flight per worker (a burst is paced, not stampeded).
+    """
+
+    max_connections: int | None = None
+    max_waiting: int = 1024
+    queue_timeout_s: float = 30.0
+    max_connecting: int = 16
+
+    def __post_init__(self) -> None:
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ConfigError(f"--upstream-max-connections must be >= 1 or auto (got {self.max_connections})")
+        if self.max_waiting < 0:
+            raise ConfigError(f"--upstream-max-waiting must be >= 0 (got {self.max_waiting})")
+        if self.queue_timeout_s <= 0 or self.max_connecting < 1:
+            raise ConfigError("--upstream-queue-timeout-s must be > 0 (and max_connecting >= 1)")
+
+    def cap(self, max_running: int) -> int:
+        """The connection cap of a worker that advertises ``max_running`` slots (0: it does not)."""
+        if self.max_connections is not None:
+            return self.max_connections
+        return max_running if max_running > 0 else DEFAULT_UPSTREAM_CONNECTIONS
+
+    def wait_s(self, ttfb_s: float) -> float:
+        """The longest wait for a connection under a first-byte deadline of ``ttfb_s``."""
+        return min(self.queue_timeout_s, ttfb_s / 2)
+
+
+_UPSTREAM: Final = UpstreamLimits()
+
+
+def parse_connections(raw: str) -> int | None:
+    """``--upstream-max-connections``: ``auto`` (None) or a positive count.
+
+    Raises:
+        argparse.ArgumentTypeError: neither (argparse prints the message).
+    """
+    text = str(raw).strip().lower()
+    if text in ("auto", ""):
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be auto or a count >= 1 (got {raw!r})")
+    return int(text)
+
+
 @dataclass(frozen=True, slots=True)
 class RetrySettings:
     """Retries on another worker before the first byte reached the client."""
@@ -126,6 +185,7 @@ class Settings:
     max_tokens_limit: int = 1_000_000
     timeouts: Timeouts = field(default_factory=Timeouts)
     retry: RetrySettings = field(default_factory=RetrySettings)
+    upstream: UpstreamLimits = field(default_factory=UpstreamLimits)
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     health_interval_s: float = 1.0
     role_pools: str = "auto"  # gateway.fleet.pools: off | auto (under a PD policy) | on | key=value,…
@@ -217,6 +277,11 @@ def from_args(args: argparse.Namespace) -> Settings:
             idle_s=_positive("idle_timeout_s", args.idle_timeout_s),
         ),
         retry=RetrySettings(retries=args.retries),
+        upstream=UpstreamLimits(
+            max_connections=getattr(args, "upstream_max_connections", None),
+            max_waiting=getattr(args, "upstream_max_waiting", _UPSTREAM.max_waiting),
+            queue_timeout_s=getattr(args, "upstream_queue_timeout_s", _UPSTREAM.queue_timeout_s),
+        ),
         health_interval_s=_positive("health_interval_s", args.health_interval_s),
         role_pools=_role_pools(getattr(args, "role_pools", "auto")),
         kv_index=_kv_index(getattr(args, "kv_index", "precise")),

@@ -1,11 +1,18 @@
-"""A minimal keep-alive HTTP/1.1 client for the proxy's POSTs to workers (asyncio protocol + httptools).
+"""A minimal keep-alive HTTP/1.1 client for the proxy's POSTs to workers, with a connection cap per worker.
 
 Why not aiohttp or httpx here: per proxied request their client machinery costs more CPU than the rest of
 the gateway together (``loadtest/bench_proxy.py`` measures it). This client does only what the proxy needs:
 one write per request (head and body together), response parsing in C (httptools, chunked decoding
-included), pooled connections per worker, and back-pressure for streams. The health checker's frequent
-small GETs (``H1Getter``) and the PD prefill calls (``H1Pool.fetch``) use it too; other control-plane
-calls keep httpx.
+included; ``kvgate_core.h1_connection``), pooled connections per worker, and back-pressure for streams. The
+health checker's frequent small GETs (``H1Getter``) and the PD prefill calls (``H1Pool.fetch``) use it too;
+other control-plane calls keep httpx.
+
+The pool bounds what one burst can do to a worker: at most ``max_connections`` open connections per host
+(a worker sized for N concurrent requests gets at most N), a bounded first-come-first-served wait for a
+connection above that, and connects paced to a few in flight per host. Without the cap, thousands of
+requests arriving at once open thousands of connections, overflow the worker's listen backlog and fail
+after the connect deadline; with it they wait for a keep-alive connection, or are refused at once
+(``PoolSaturatedError``, nothing sent) when the wait queue is full too.
 
 Failures surface as ``UpstreamConnectionError`` (an ``OSError``). A request that fails on a *reused* idle
 connection before any response byte is retried once on a fresh connection, because the worker may have
@@ -16,247 +23,323 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field
+from typing import Final
 
-import httptools
+from kvgate_core.h1_connection import H1Connection, Target, UpstreamConnectionError
 
-_MAX_BUFFERED_CHUNKS = 64
-_MAX_IDLE_PER_HOST = 1024
+__all__ = [
+    "DEFAULT_MAX_CONNECTIONS",
+    "H1Connection",
+    "H1Getter",
+    "H1Pool",
+    "PoolSaturatedError",
+    "PoolWaitTimeoutError",
+    "Target",
+    "UpstreamConnectionError",
+]
 
-
-class UpstreamConnectionError(OSError):
-    """The connection failed or closed before the response was complete."""
-
-
-class H1Connection(asyncio.Protocol):
-    """One keep-alive connection; serves one request at a time."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._parser = httptools.HttpResponseParser(self)
-        self.transport: asyncio.Transport | None = None
-        self.status = 0
-        self.content_type = b"application/json"
-        self.got_bytes = False
-        self.complete = False
-        self.closed = False
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self._headers_done: asyncio.Future[None] | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._paused = False
-
-    # asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # a TCP transport
-
-    def data_received(self, data: bytes) -> None:
-        self.got_bytes = True
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(UpstreamConnectionError(f"bad response from worker: {exc}"))
-            self.abort()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if not self.complete:
-            self._fail(UpstreamConnectionError("worker closed the connection"))
-
-    # httptools callbacks
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"content-type":
-            self.content_type = value
-
-    def on_headers_complete(self) -> None:
-        self.status = self._parser.get_status_code()
-        _resolve(self._headers_done)
-
-    def on_body(self, body: bytes) -> None:
-        self._chunks.append(body)
-        if len(self._chunks) > _MAX_BUFFERED_CHUNKS and not self._paused and self.transport is not None:
-            self._paused = True
-            self.transport.pause_reading()
-        _resolve(self._waiter)
-
-    def on_message_complete(self) -> None:
-        self.complete = True
-        if not self._parser.should_keep_alive():
-            self.abort()
-        _resolve(self._headers_done)
-        _resolve(self._waiter)
-
-    # client side
-    def start(self, request: bytes) -> asyncio.Future[None]:
-        """Send a request; the returned future resolves when the response headers arrived."""
-        self.status, self.content_type, self.got_bytes, self.complete = 0, b"application/json", False, False
-        self._chunks.clear()
-        self._headers_done = self._loop.create_future()
-        assert self.transport is not None, "connected before use"
-        self.transport.write(request)
-        return self._headers_done
-
-    async def read_chunk(self) -> bytes:
-        """The body bytes received so far (waiting for some); b"" once the response is complete."""
-        while not self._chunks:
-            if self.complete:
-                return b""
-            self._waiter = self._loop.create_future()
-            await self._waiter
-        data = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._drain())
-        if self._paused and self.transport is not None:
-            self._paused = False
-            self.transport.resume_reading()
-        return data
-
-    async def read_all(self) -> bytes:
-        parts = []
-        while chunk := await self.read_chunk():
-            parts.append(chunk)
-        return b"".join(parts)
-
-    def abort(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
-
-    def _drain(self) -> list[bytes]:
-        out = list(self._chunks)
-        self._chunks.clear()
-        return out
-
-    def _fail(self, exc: Exception) -> None:
-        for fut in (self._headers_done, self._waiter):
-            if fut is not None and not fut.done():
-                fut.set_exception(exc)
+#: open connections per host when the caller names no cap
+DEFAULT_MAX_CONNECTIONS: Final = 256
+#: requests allowed to wait per host beyond the cap's headroom
+DEFAULT_MAX_WAITING: Final = 1024
+DEFAULT_MAX_WAIT_S: Final = 30.0
+#: connects in flight per host
+DEFAULT_MAX_CONNECTING: Final = 16
+#: a connect deadline timer this late means the event loop was stalled; it waits again, this often at most
+_STALL_S: Final = 0.1
+_MAX_EXTENSIONS: Final = 3
 
 
-def _resolve(fut: asyncio.Future[None] | None) -> None:
-    if fut is not None and not fut.done():
-        fut.set_result(None)
+class PoolSaturatedError(UpstreamConnectionError):
+    """The host's connection cap is reached and its wait queue is full; nothing was sent."""
+
+
+class PoolWaitTimeoutError(PoolSaturatedError):
+    """No connection to the host came free within the pool's longest wait; nothing was sent."""
+
+
+@dataclass(slots=True, eq=False)
+class _Host:
+    """One worker's connections: its cap, the idle ones, the requests waiting for one, the connects in flight.
+
+    ``open`` counts every connection held against the cap: in use, idle, and being connected. A waiter's
+    future resolves to a connection handed over by ``release`` (reuse it), or to None: a connect slot was
+    granted (``open`` and ``connecting`` already count it). Invariant: while requests wait, none is idle.
+    """
+
+    name: str
+    limit: int
+    idle: list[H1Connection] = field(default_factory=list)
+    waiters: collections.deque[asyncio.Future[H1Connection | None]] = field(default_factory=collections.deque)
+    open: int = 0
+    connecting: int = 0
 
 
 class H1Pool:
-    """Keep-alive connections per ``host:port``; unbounded in number, at most 1024 idle per host."""
+    """Keep-alive connections per ``host:port``, at most ``max_connections`` open per host (in use + idle).
 
-    def __init__(self, *, connect_timeout_s: float) -> None:
+    A request that finds the cap reached waits, first come first served, for a connection another request
+    releases; at most ``max_connecting`` connects per host are in flight at once (a burst reuses the
+    connections its first requests opened instead of stampeding the worker's listen backlog). Per host at
+    most ``max_waiting`` requests wait beyond those a connection still allowed under the cap will serve;
+    more raise ``PoolSaturatedError`` at once, and a wait longer than ``max_wait_s`` raises
+    ``PoolWaitTimeoutError``. Nothing was written to the worker in either case. A waiter that is cancelled
+    (its caller's deadline, a client gone) leaves the queue, and a connection handed to it meanwhile goes to
+    the next one.
+
+    Args:
+        connect_timeout_s: deadline of one TCP (and TLS) connect.
+        max_connections: the cap per host when a call names none (``post(limit=…)``).
+        max_waiting: requests allowed to wait per host beyond the cap's headroom.
+        max_wait_s: the longest wait for a connection.
+        max_connecting: connects in flight per host.
+    """
+
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_waiting: int = DEFAULT_MAX_WAITING,
+        max_wait_s: float = DEFAULT_MAX_WAIT_S,
+        max_connecting: int = DEFAULT_MAX_CONNECTING,
+    ) -> None:
+        if min(max_connections, max_connecting) < 1 or max_waiting < 0 or max_wait_s <= 0:
+            raise ValueError("max_connections and max_connecting >= 1, max_waiting >= 0, max_wait_s > 0")
         self._connect_timeout_s = connect_timeout_s
-        self._idle: dict[tuple[str, int, bool], list[H1Connection]] = {}
+        self._max_connections = max_connections
+        self._max_waiting = max_waiting
+        self._max_wait_s = max_wait_s
+        self._max_connecting = max_connecting
+        self._hosts: dict[tuple[str, int, bool], _Host] = {}
         self._closed = False
+        #: requests waiting for a connection, all hosts together
+        self.num_waiting = 0
 
-    async def _connect(self, target: Target) -> H1Connection:
-        loop = asyncio.get_running_loop()
-        factory: Callable[[], H1Connection] = lambda: H1Connection(loop)  # noqa: E731
-        host, port = target.host, target.port
-        try:
-            async with asyncio.timeout(self._connect_timeout_s):
-                _, conn = await loop.create_connection(factory, host, port, ssl=target.tls or None)
-        except TimeoutError:
-            raise UpstreamConnectionError(f"connect to {host}:{port} timed out") from None
-        except OSError as exc:
-            raise UpstreamConnectionError(f"connect to {host}:{port} failed: {exc}") from None
-        return conn
+    def waiting(self, target: Target) -> int:
+        """Requests waiting for a connection to ``target``'s host."""
+        host = self._hosts.get(target.key)
+        return len(host.waiters) if host is not None else 0
 
-    async def post(self, target: Target, request: bytes) -> H1Connection:
+    def open_connections(self, target: Target) -> int:
+        """Connections to ``target``'s host held against its cap (in use, idle, connecting)."""
+        host = self._hosts.get(target.key)
+        return host.open if host is not None else 0
+
+    async def post(self, target: Target, request: bytes, limit: int | None = None) -> H1Connection:
         """Send a complete request (a POST, or any other built by ``Target``); return the connection once the
         response headers arrived.
 
-        The caller reads the body from the connection, then calls ``release``.
+        ``limit``: the host's cap on open connections (default: the pool's ``max_connections``). The caller
+        reads the body from the connection, then calls ``release``.
 
         Raises:
+            PoolSaturatedError: the cap is reached and too many requests wait already (nothing was sent).
+            PoolWaitTimeoutError: no connection came free within ``max_wait_s`` (nothing was sent).
             UpstreamConnectionError: connecting or the exchange failed before the response headers.
         """
-        idle = self._idle.get(target.key)
-        while idle:
-            conn = idle.pop()
+        host = self._hosts.get(target.key)
+        if host is None:
+            host = self._hosts[target.key] = _Host(f"{target.host}:{target.port}", self._max_connections)
+        if limit is not None and limit != host.limit:
+            host.limit = max(1, limit)
+            self._dispatch(host)
+        idle = host.idle
+        while True:
+            if idle:
+                conn, reused = idle.pop(), True
+            else:
+                conn, reused = await self._open_or_wait(host, target)
             if conn.closed:
-                continue
+                self._discard(host, conn)
+                if reused:  # the worker closed it while idle
+                    continue
+                raise UpstreamConnectionError(f"{host.name} closed the connection at once")
             try:
                 await conn.start(request)
                 return conn
             except UpstreamConnectionError:
-                conn.abort()
-                if conn.got_bytes:
+                self._discard(host, conn)
+                if conn.got_bytes or not reused:
                     raise
-                # the worker closed it while idle: try a fresh connection
+                # the worker closed it while idle (the keep-alive race): try another one
             except BaseException:  # cancelled (a deadline, a client gone): the connection is mid-exchange
-                conn.abort()
+                self._discard(host, conn)
                 raise
-        conn = await self._connect(target)
-        try:
-            await conn.start(request)
-        except BaseException:
-            conn.abort()
-            raise
-        return conn
 
-    async def fetch(self, target: Target, request: bytes) -> tuple[int, bytes]:
+    async def fetch(self, target: Target, request: bytes, limit: int | None = None) -> tuple[int, bytes]:
         """Send a complete request and read its whole response: ``(status, body)``.
 
         The connection goes back to the pool only when the response was read to its end; on an error or a
         cancellation (the caller's deadline) it is closed. The caller owns the deadline.
 
         Raises:
-            UpstreamConnectionError: connecting or the exchange failed.
+            UpstreamConnectionError: connecting or the exchange failed (``PoolSaturatedError`` among them).
         """
-        conn = await self.post(target, request)
+        conn = await self.post(target, request, limit)
         try:
             return conn.status, await conn.read_all()
         finally:
             self.release(target, conn)
 
     def release(self, target: Target, conn: H1Connection) -> None:
-        """Return a connection after use: kept when its response completed, else closed."""
-        if not conn.complete or conn.closed or self._closed:
+        """Return a connection after use: handed to the first waiter or kept idle when its response
+        completed, else closed."""
+        host = self._hosts.get(target.key)
+        if host is None:  # not this pool's
             conn.abort()
             return
-        idle = self._idle.setdefault(target.key, [])
-        if len(idle) < _MAX_IDLE_PER_HOST:
-            idle.append(conn)
+        if not conn.complete or conn.closed or self._closed or host.open > host.limit:
+            self._discard(host, conn)
         else:
-            conn.abort()
+            self._hand_over(host, conn)
+
+    @staticmethod
+    def _hand_over(host: _Host, conn: H1Connection) -> None:
+        """A reusable connection goes to the first waiter, else to the idle list."""
+        waiters = host.waiters
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(conn)
+                return
+        host.idle.append(conn)
 
     def close(self) -> None:
+        """Close the idle connections (the ones in use close on release) and fail every waiter."""
         self._closed = True
-        for conns in self._idle.values():
-            for conn in conns:
+        for host in self._hosts.values():
+            for conn in host.idle:
                 conn.abort()
-        self._idle.clear()
+            host.open -= len(host.idle)
+            host.idle.clear()
+            while host.waiters:
+                fut = host.waiters.popleft()
+                if not fut.done():
+                    fut.set_exception(UpstreamConnectionError("the connection pool is closed"))
+
+    async def _open_or_wait(self, host: _Host, target: Target) -> tuple[H1Connection, bool]:
+        """A new connection when the cap and the pacing allow and nobody waits ahead, else one handed over
+        (``reused`` True) or connected once a slot is granted."""
+        if not host.waiters and host.open < host.limit and host.connecting < self._max_connecting:
+            host.open += 1
+            host.connecting += 1
+            return await self._connect(host, target), False
+        conn = await self._wait(host)
+        if conn is not None:
+            return conn, True
+        return await self._connect(host, target), False
+
+    async def _wait(self, host: _Host) -> H1Connection | None:
+        if self._closed:
+            raise UpstreamConnectionError("the connection pool is closed")
+        # waiters a connection still allowed under the cap will serve do not count against max_waiting
+        if len(host.waiters) >= self._max_waiting + max(0, host.limit - host.open):
+            raise PoolSaturatedError(
+                f"{host.name}: {host.open} connections open (cap {host.limit}), {len(host.waiters)} waiting"
+            )
+        fut: asyncio.Future[H1Connection | None] = asyncio.get_running_loop().create_future()
+        host.waiters.append(fut)
+        self.num_waiting += 1
+        try:
+            async with asyncio.timeout(self._max_wait_s):
+                return await fut
+        except BaseException as exc:
+            self._leave(host, fut)
+            if isinstance(exc, TimeoutError):
+                raise PoolWaitTimeoutError(
+                    f"{host.name}: no connection came free in {self._max_wait_s:g} s (cap {host.limit})"
+                ) from None
+            raise
+        finally:
+            self.num_waiting -= 1
+
+    def _leave(self, host: _Host, fut: asyncio.Future[H1Connection | None]) -> None:
+        """A waiter gave up: take it out of the queue, or pass on what was handed to it meanwhile."""
+        if not fut.done() or fut.cancelled():
+            fut.cancel()
+            with contextlib.suppress(ValueError):
+                host.waiters.remove(fut)
+            return
+        if fut.exception() is not None:
+            return
+        conn = fut.result()
+        if conn is None:  # a connect slot: give it back
+            host.open -= 1
+            host.connecting -= 1
+            self._dispatch(host)
+        else:
+            self._hand_over(host, conn)
+
+    def _dispatch(self, host: _Host) -> None:
+        """Grant connect slots to waiters, first come first served, while the cap and the pacing allow."""
+        waiters = host.waiters
+        while waiters and host.open < host.limit and host.connecting < self._max_connecting:
+            fut = waiters.popleft()
+            if not fut.done():
+                host.open += 1
+                host.connecting += 1
+                fut.set_result(None)
+
+    def _discard(self, host: _Host, conn: H1Connection) -> None:
+        conn.abort()
+        host.open -= 1
+        if host.waiters:
+            self._dispatch(host)
+
+    async def _connect(self, host: _Host, target: Target) -> H1Connection:
+        """Connect within a slot already counted in ``host.open`` and ``host.connecting``."""
+        name = host.name
+        try:
+            conn = await _open(target, self._connect_timeout_s)
+        except BaseException as exc:
+            host.open -= 1
+            if isinstance(exc, TimeoutError):
+                raise UpstreamConnectionError(f"connect to {name} timed out") from None
+            if isinstance(exc, OSError):
+                raise UpstreamConnectionError(f"connect to {name} failed: {exc}") from None
+            raise
+        finally:
+            host.connecting -= 1
+            if host.waiters:
+                self._dispatch(host)
+        return conn
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Where a worker listens, parsed once from its base URL."""
+async def _open(target: Target, timeout_s: float) -> H1Connection:
+    """Connect to ``target`` within ``timeout_s`` of loop time, not counting the time the loop was stalled.
 
-    host: str
-    port: int
-    tls: bool
-    netloc: bytes
-    base_path: bytes
+    A burst of thousands of requests can keep the event loop busy for seconds per iteration; a connect that
+    completed meanwhile is seen only after its deadline timer fired, and failing it would turn the burst
+    into 502s. So a deadline timer that fires late by more than ``_STALL_S`` (the loop was busy, not the
+    worker slow) waits again as long as it was late (at most ``timeout_s``), up to ``_MAX_EXTENSIONS``
+    times.
 
-    @property
-    def key(self) -> tuple[str, int, bool]:
-        return (self.host, self.port, self.tls)
-
-    @classmethod
-    def parse(cls, url: str) -> Target:
-        parts = urlsplit(url)
-        tls = parts.scheme == "https"
-        port = parts.port or (443 if tls else 80)
-        return cls(parts.hostname or "", port, tls, parts.netloc.encode(), parts.path.rstrip("/").encode())
-
-    def post_request(self, path: bytes, body: bytes, extra_headers: bytes = b"") -> bytes:
-        """A POST of a JSON body to ``base_path + path`` as one buffer.
-
-        ``extra_headers`` holds complete header lines, each ending in CRLF.
-        """
-        head = b"POST %s%s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-        return head % (self.base_path, path, self.netloc, len(body)) + extra_headers + b"\r\n" + body
-
-    def get_request(self, path: bytes) -> bytes:
-        """A GET of ``base_path + path``."""
-        return b"GET %s%s HTTP/1.1\r\nhost: %s\r\n\r\n" % (self.base_path, path, self.netloc)
+    Raises:
+        TimeoutError: the connect did not complete in time.
+        OSError: it failed.
+    """
+    loop = asyncio.get_running_loop()
+    factory: Callable[[], H1Connection] = lambda: H1Connection(loop)  # noqa: E731
+    task = loop.create_task(loop.create_connection(factory, target.host, target.port, ssl=target.tls or None))
+    deadline = loop.time() + timeout_s
+    try:
+        for _ in range(_MAX_EXTENSIONS + 1):
+            await asyncio.wait((task,), timeout=deadline - loop.time())
+            if task.done():
+                return task.result()[1]
+            now = loop.time()
+            late = now - deadline
+            if late < _STALL_S:
+                break
+            deadline = now + min(late, timeout_s)
+        raise TimeoutError
+    finally:
+        if not task.done():
+            task.cancel()  # create_connection closes its socket
 
 
 class H1Getter:

@@ -113,15 +113,21 @@ class LoadInfo:
     kv_usage: float  # referenced blocks / all blocks, in [0, 1]
     num_cached_blocks: int  # blocks holding a registered prefix hash (referenced or not)
     num_total_blocks: int
+    #: requests the engine runs at once (its batch slots); a gateway sizes its connections to the worker by
+    #: it. 0: not known (left out of ``/load``).
+    max_running: int = 0
 
     def to_dict(self) -> dict[str, float | int]:
-        return {
+        out: dict[str, float | int] = {
             "running": self.running,
             "waiting": self.waiting,
             "kv_usage": self.kv_usage,
             "num_cached_blocks": self.num_cached_blocks,
             "num_total_blocks": self.num_total_blocks,
         }
+        if self.max_running > 0:
+            out["max_running"] = self.max_running
+        return out
 
 
 class GenerationStream(Protocol):

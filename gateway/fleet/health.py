@@ -36,8 +36,12 @@ def _int(data: Mapping[str, Any], *keys: str) -> int:
 
 
 def apply_load(record: WorkerRecord, data: Mapping[str, Any]) -> None:
-    """Copy a worker's ``/load`` figures onto its record (unknown keys ignored, missing ones 0)."""
+    """Copy a worker's ``/load`` figures onto its record (unknown keys ignored, missing ones 0).
+
+    ``max_running`` (its running slots) sizes the worker's upstream connection cap (``gateway.proxy``).
+    """
     record.running = _int(data, "running", "num_running")
+    record.max_running = _int(data, "max_running", "max_num_seqs")
     record.queue_depth = _int(data, "waiting", "num_waiting", "queue_depth")
     record.finished_since_probe = 0
     record.cached_blocks = _int(data, "cached_blocks", "num_cached_blocks", "kv_blocks_cached")

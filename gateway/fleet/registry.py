@@ -35,6 +35,8 @@ class WorkerRecord:
     queue_depth: int = 0
     kv_usage: float = 0.0
     cached_blocks: int = 0
+    # the worker's running slots as its /load advertises them (``max_running``); 0: not advertised
+    max_running: int = 0
     # requests this gateway saw finish on the worker since its last /load probe (reset by the probe)
     finished_since_probe: int = 0
 

@@ -113,6 +113,14 @@ class Metrics:
         self._retries = Counter(
             "kvgate_retries", "Attempts retried on another worker", ["reason"], registry=self.registry
         )
+        self._shed = Counter(
+            "kvgate_upstream_shed",
+            "Requests not forwarded to a worker: its upstream connection cap and wait queue were full "
+            "(queue_full: tried on another worker, else 503) or the wait for a connection ran out "
+            "(wait_timeout: 503)",
+            ["worker", "reason"],
+            registry=self.registry,
+        )
         self._cache: dict[tuple[str, ...], Counter | Histogram] = {}
 
     def attach_fleet(
@@ -148,6 +156,10 @@ class Metrics:
 
     def retry(self, reason: str) -> None:
         self._child(self._retries, reason).inc()  # type: ignore[union-attr]
+
+    def upstream_shed(self, worker: str, reason: str) -> None:
+        """Count a request shed before forwarding (``reason``: queue_full | wait_timeout)."""
+        self._child(self._shed, worker, reason).inc()  # type: ignore[union-attr]
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -18,22 +18,23 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
-from gateway.errors import NoHealthyWorker, UpstreamError, WorkerTimeout, WorkerUnavailable
+from gateway.errors import NoHealthyWorker, UpstreamError, UpstreamSaturated, WorkerTimeout, WorkerUnavailable
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
 from gateway.openai.sse import cached_tokens_of
 from gateway.proxy.disconnect import cancel_on_disconnect
-from gateway.proxy.failover import RetryableFailure, backoff_s
+from gateway.proxy.failover import RetryableFailure, Shed, backoff_s, shed_from
 from gateway.proxy.passthrough import upstream_headers
 from gateway.proxy.responses import proxied_headers, send_whole
+from gateway.proxy.shed import ShedLog
 from gateway.proxy.stream import CLIENT_GONE, Result, StreamRelay
 from gateway.routing.hold import Hold
 from gateway.routing.pd import PD_HEADER, PrefillRunner, prefill_body
 from gateway.routing.router import Routed, Router
-from gateway.settings import RetrySettings, Timeouts
+from gateway.settings import RetrySettings, Timeouts, UpstreamLimits
 from gateway.state.protocols import LoadBoard
 from kvgate_core.asgi import Receive, Send
-from kvgate_core.h1 import H1Pool, Target
+from kvgate_core.h1 import H1Pool, PoolSaturatedError, Target
 from kvgate_core.tokenize.request_prompt import Endpoint
 from kvgate_core.tracing import upstream_span
 from policies.api import RouteRequest
@@ -55,6 +56,7 @@ class Proxy:
         rng: jitter source.
         sleep: injected for tests.
         prefill: runs the PD prefill step (default: on ``pool``, deadline ``timeouts.ttfb_s``).
+        limits: the upstream connection cap per worker (``pool`` holds the wait queue and its bounds).
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class Proxy:
         rng: random.Random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         prefill: PrefillRunner | None = None,
+        limits: UpstreamLimits | None = None,
     ) -> None:
         self._pool = pool
         self._targets: dict[str, Target] = {}
@@ -81,6 +84,11 @@ class Proxy:
         self._rng = rng
         self._sleep = sleep
         self._relay = StreamRelay(pool, timeouts)
+        limits = limits or UpstreamLimits()
+        # the cap per attempt: the flag's, else the worker's advertised slots, else the default
+        self._fixed_cap = limits.max_connections or 0
+        self._default_cap = limits.cap(0)
+        self._shed = ShedLog(metrics)
 
     async def handle(
         self, parsed: ParsedRequest, req: RouteRequest, raw: bytes, receive: Receive, send: Send
@@ -89,10 +97,11 @@ class Proxy:
 
         Raises:
             ModelNotFound, NoHealthyWorker: nothing can serve it.
+            UpstreamSaturated: the workers tried had no upstream connection to give (nothing was sent).
             UpstreamError: every attempt failed before the first byte.
         """
         exclude: list[str] = []
-        last: UpstreamError | None = None
+        last: UpstreamError | UpstreamSaturated | None = None
         for attempt in range(self._retry.retries + 1):
             try:
                 routed = self._router.route(req, exclude)
@@ -106,6 +115,12 @@ class Proxy:
                 with upstream_span(routed.record.id):
                     await self._attempt(routed, parsed, raw, receive, send)
                 return
+            except Shed as shed:
+                self._shed.record(routed.record.id, shed.reason)
+                if shed.final:
+                    raise shed.error from None
+                exclude.append(routed.record.id)
+                last = shed.error
             except RetryableFailure as failure:
                 routed.record.breaker.record_failure()
                 exclude.append(routed.record.id)
@@ -139,19 +154,31 @@ class Proxy:
         request = target.post_request(_PATHS[parsed.endpoint], raw, extra)
         want_usage = self._router.wants_outcomes
         route = parsed.endpoint.value
+        cap = self._fixed_cap or routed.record.max_running or self._default_cap
+        # held while waiting for a connection too: the policy sees the waiting requests as load
         hold = Hold.take(self._load, routed.record, tokens)
         start = time.perf_counter()
         result = Result(502, ok=False)
         try:
             if parsed.stream:
                 result = await self._relay.relay(
-                    routed, target, request, receive, send, want_usage=want_usage, on_answered=hold.end
+                    routed,
+                    target,
+                    request,
+                    receive,
+                    send,
+                    want_usage=want_usage,
+                    on_answered=hold.end,
+                    cap=cap,
                 )
             else:
                 forwarded = await cancel_on_disconnect(
-                    self._forward(routed, target, request, send, want_usage, hold), receive
+                    self._forward(routed, target, request, send, want_usage, hold, cap), receive
                 )
                 result = forwarded if forwarded is not None else Result(CLIENT_GONE, ok=False)
+        except Shed:
+            result = Result(503, ok=False)
+            raise
         finally:
             hold.end(answered=False)
             latency_s = time.perf_counter() - start
@@ -163,14 +190,23 @@ class Proxy:
             )
 
     async def _forward(
-        self, routed: Routed, target: Target, request: bytes, send: Send, want_usage: bool, hold: Hold
+        self,
+        routed: Routed,
+        target: Target,
+        request: bytes,
+        send: Send,
+        want_usage: bool,
+        hold: Hold,
+        cap: int,
     ) -> Result:
         worker = routed.record.id
         conn = None
         try:
             async with asyncio.timeout(self._timeouts.ttfb_s):
-                conn = await self._pool.post(target, request)
+                conn = await self._pool.post(target, request, cap)
                 body = await conn.read_all()
+        except PoolSaturatedError as exc:
+            raise shed_from(exc, worker) from None
         except TimeoutError:
             raise RetryableFailure(WorkerTimeout(f"worker {worker} timed out"), "timeout") from None
         except OSError as exc:

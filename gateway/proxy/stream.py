@@ -16,12 +16,12 @@ from typing import Protocol
 from gateway.errors import WorkerTimeout, WorkerUnavailable
 from gateway.openai.sse import cached_tokens_in, ends_stream, error_frames
 from gateway.proxy.disconnect import cancel_on_disconnect
-from gateway.proxy.failover import RetryableFailure
+from gateway.proxy.failover import RetryableFailure, shed_from
 from gateway.proxy.responses import SSE_TYPE, proxied_headers, send_whole
 from gateway.routing.router import Routed
 from gateway.settings import Timeouts
 from kvgate_core.asgi import Receive, Send
-from kvgate_core.h1 import H1Connection, H1Pool, Target
+from kvgate_core.h1 import H1Connection, H1Pool, PoolSaturatedError, Target
 
 logger = logging.getLogger(__name__)
 CLIENT_GONE = 499
@@ -60,17 +60,19 @@ class StreamRelay:
         *,
         want_usage: bool,
         on_answered: OnAnswered,
+        cap: int | None = None,
     ) -> Result:
         """Relay a stream; on client disconnect cancel it and report status 499.
 
         ``on_answered(answered=True)`` is called once the worker has sent the stream's end, before the
-        client gets it.
+        client gets it. ``cap``: the worker's upstream connection cap (default: the pool's).
 
         Raises:
             RetryableFailure: the worker failed before the first byte (nothing was sent).
+            Shed: the worker had no upstream connection to give (nothing was sent).
         """
         result = await cancel_on_disconnect(
-            self._relay(routed, target, request, send, want_usage, on_answered), receive
+            self._relay(routed, target, request, send, want_usage, on_answered, cap), receive
         )
         if result is None:
             logger.debug("client disconnected mid-stream", extra={"worker": routed.record.id})
@@ -85,6 +87,7 @@ class StreamRelay:
         send: Send,
         want_usage: bool,
         on_answered: OnAnswered,
+        cap: int | None,
     ) -> Result:
         loop = asyncio.get_running_loop()
         worker = routed.record.id
@@ -93,7 +96,7 @@ class StreamRelay:
         started = False
         try:
             async with asyncio.timeout(self._timeouts.ttfb_s) as deadline:
-                conn = await self._pool.post(target, request)
+                conn = await self._pool.post(target, request, cap)
                 if conn.status != 200:
                     return await self._error_answer(routed, conn, send)
                 first = await conn.read_chunk()
@@ -122,21 +125,24 @@ class StreamRelay:
             return await self._broken(
                 routed, send, "worker closed the stream before [DONE]", "worker_unavailable"
             )
-        except TimeoutError:
-            if not started:
-                raise RetryableFailure(WorkerTimeout(f"worker {worker} timed out"), "timeout") from None
-            return await self._broken(routed, send, "worker stopped sending (idle timeout)", "worker_timeout")
-        except OSError as exc:
-            if not started:
-                raise RetryableFailure(
-                    WorkerUnavailable(f"worker {worker} failed: {exc}"), "connect"
-                ) from None
-            return await self._broken(
-                routed, send, "worker connection broke mid-stream", "worker_unavailable"
-            )
+        except OSError as exc:  # TimeoutError, UpstreamConnectionError, PoolSaturatedError
+            return await self._failed(routed, send, exc, started=started)
         finally:
             if conn is not None:
                 self._pool.release(target, conn)
+
+    async def _failed(self, routed: Routed, send: Send, exc: OSError, *, started: bool) -> Result:
+        """Before the first byte: retry or shed elsewhere; after it: end the client's stream with an error."""
+        worker = routed.record.id
+        if isinstance(exc, PoolSaturatedError):  # raised by ``post``: nothing was sent
+            raise shed_from(exc, worker) from None
+        if isinstance(exc, TimeoutError):
+            if not started:
+                raise RetryableFailure(WorkerTimeout(f"worker {worker} timed out"), "timeout") from None
+            return await self._broken(routed, send, "worker stopped sending (idle timeout)", "worker_timeout")
+        if not started:
+            raise RetryableFailure(WorkerUnavailable(f"worker {worker} failed: {exc}"), "connect") from None
+        return await self._broken(routed, send, "worker connection broke mid-stream", "worker_unavailable")
 
     async def _error_answer(self, routed: Routed, conn: H1Connection, send: Send) -> Result:
         """A worker answered a stream request with an error status: retry 5xx, pass 4xx through."""

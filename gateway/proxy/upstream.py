@@ -1,10 +1,12 @@
 """The upstream client for the request path: one ``H1Pool`` of keep-alive connections to every worker.
 
 Not aiohttp or httpx: their per-request client machinery dominated the gateway's CPU per request (see
-``kvgate_core.h1`` and ``loadtest/bench_proxy.py``). The pool is unbounded in connections (thousands
-of concurrent streams each hold one) and keeps up to 1024 idle ones per worker. The health probes get a
-pool of their own (``open_upstream`` again, wrapped in ``H1Getter``); other control-plane calls (tokenizer,
-parity, KV events) use the separate httpx client in ``Deps``.
+``kvgate_core.h1`` and ``loadtest/bench_proxy.py``). The pool caps the open connections per worker (the
+proxy passes each worker's cap: ``--upstream-max-connections``, else the worker's advertised running slots)
+and queues the requests above it, bounded (``--upstream-max-waiting``, ``--upstream-queue-timeout-s``).
+``UpstreamQueue`` shows the routing snapshot those waiting requests. The health probes get a pool of their
+own (``open_upstream`` again, wrapped in ``H1Getter``); other control-plane calls (tokenizer, parity, KV
+events) use the separate httpx client in ``Deps``.
 """
 
 from __future__ import annotations
@@ -12,18 +14,45 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from gateway.settings import Timeouts
-from kvgate_core.h1 import H1Pool
+from gateway.settings import Timeouts, UpstreamLimits
+from kvgate_core.h1 import H1Pool, Target
 
 
 @asynccontextmanager
-async def open_upstream(*, timeouts: Timeouts) -> AsyncIterator[H1Pool]:
+async def open_upstream(*, timeouts: Timeouts, limits: UpstreamLimits | None = None) -> AsyncIterator[H1Pool]:
     """The proxy's connection pool; every connection is closed on exit.
 
-    Only the connect deadline lives in the pool; time-to-first-byte and idle deadlines are per request.
+    The connect deadline and the wait for a connection (at most half the first-byte deadline) live in the
+    pool; time-to-first-byte and idle deadlines are per request.
     """
-    pool = H1Pool(connect_timeout_s=timeouts.connect_s)
+    limits = limits or UpstreamLimits()
+    pool = H1Pool(
+        connect_timeout_s=timeouts.connect_s,
+        max_connections=limits.cap(0),
+        max_waiting=limits.max_waiting,
+        max_wait_s=limits.wait_s(timeouts.ttfb_s),
+        max_connecting=limits.max_connecting,
+    )
     try:
         yield pool
     finally:
         pool.close()
+
+
+class UpstreamQueue:
+    """``queue(worker_url)``: the requests waiting in ``pool`` for a connection to that worker (the routing
+    snapshot adds them to the worker's queue depth); 0 at once while nothing waits anywhere."""
+
+    __slots__ = ("_pool", "_targets")
+
+    def __init__(self, pool: H1Pool) -> None:
+        self._pool = pool
+        self._targets: dict[str, Target] = {}
+
+    def __call__(self, url: str) -> int:
+        if not self._pool.num_waiting:
+            return 0
+        target = self._targets.get(url)
+        if target is None:
+            target = self._targets[url] = Target.parse(url)
+        return self._pool.waiting(target)

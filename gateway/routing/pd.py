@@ -47,13 +47,14 @@ import orjson
 from gateway.fleet.registry import WorkerRecord
 from gateway.routing.hold import Hold
 from gateway.state.protocols import LoadBoard
-from kvgate_core.h1 import H1Pool, Target
+from kvgate_core.h1 import H1Pool, PoolSaturatedError, Target
 
 logger = logging.getLogger(__name__)
 
 PD_HEADER: Final = "x-kvgate-pd"
 # the header line after the content-type that ``Target.post_request`` always writes
 _PREFILL_HEADER: Final = f"{PD_HEADER}: prefill\r\n".encode()
+_SATURATED: Final = "saturated"
 _DROPPED: Final = ("stream_options", "max_completion_tokens", "n", "logprobs", "top_logprobs", "best_of")
 
 
@@ -120,7 +121,8 @@ class PrefillRunner:
             hold.end(answered=False)
         seconds = self._clock() - start
         if reason:
-            record.breaker.record_failure()
+            if reason != _SATURATED:  # a busy worker is not a broken one: its breaker stays as it is
+                record.breaker.record_failure()
             logger.warning("PD prefill failed; decoding alone", extra={"worker": record.id, "reason": reason})
             return PrefillOutcome(False, record.id, seconds, reason)
         record.breaker.record_success()
@@ -137,6 +139,8 @@ class PrefillRunner:
                 status, _ = await self._pool.fetch(target, request)  # closes the connection unless read whole
         except TimeoutError:
             return "timeout"
+        except PoolSaturatedError:  # its connection cap and wait queue are full (or the wait ran out)
+            return _SATURATED
         except OSError as exc:  # UpstreamConnectionError: connect failed, or the connection broke
             return f"connect: {exc!r}"
         return "" if status == 200 else f"status {status}"

@@ -67,6 +67,8 @@ class Router:
         metrics: stage timings.
         clock: monotonic clock for stage timings.
         feedback: joins predicted prefix hits with the cached tokens workers report.
+        upstream_queue: requests waiting in the gateway for an upstream connection to a worker (by URL),
+            added to the worker's reported queue depth.
     """
 
     def __init__(
@@ -81,7 +83,9 @@ class Router:
         metrics: Metrics,
         clock: Callable[[], float] = time.perf_counter,
         feedback: PrefixFeedback | None = None,
+        upstream_queue: Callable[[str], int] = lambda _url: 0,
     ) -> None:
+        self._upstream_queue = upstream_queue
         self._feedback = feedback
         self._fleet = fleet
         self._load = load
@@ -146,7 +150,7 @@ class Router:
                     healthy=r.available,
                     inflight_requests=load.inflight_requests,
                     inflight_tokens=load.inflight_tokens,
-                    queue_depth=r.waiting_now,
+                    queue_depth=r.waiting_now + self._upstream_queue(r.url),
                     kv_usage=r.kv_usage,
                     gpu_hit_blocks=hit.gpu_blocks,
                     tier_hit_blocks=hit.tier_blocks,

@@ -138,6 +138,7 @@ class TorchEngine:
             kv_usage=blocks.usage,
             num_cached_blocks=len(self._cached),
             num_total_blocks=blocks.num_total_blocks,
+            max_running=sched.config.max_num_seqs,
         )
 
     def cached_block_hashes(self) -> Mapping[str, Sequence[int]]:

@@ -158,6 +158,7 @@ class SimEngine:
             kv_usage=s.blocks.usage,
             num_cached_blocks=s.blocks.num_cached_blocks,
             num_total_blocks=s.blocks.num_total_blocks,
+            max_running=self._config.timing.max_running,
         )
 
     def cached_block_hashes(self) -> Mapping[str, Sequence[int]]:

@@ -149,3 +149,20 @@ async def test_a_failed_status_still_keeps_the_connection(worker: Worker, pool: 
     assert await _run(pool, record, load) == "status 503"
     assert await _run(pool, record, load) == ""
     assert worker.connections == 1  # the 503 was read whole, so its connection went back to the pool
+
+
+async def test_a_saturated_prefill_worker_falls_back_without_a_breaker_failure(worker: Worker) -> None:
+    """Its one connection is busy (a hanging prefill) and no request may wait: the next prefill is refused at
+    once with nothing sent, decodes alone, and the worker's breaker stays closed (busy is not broken)."""
+    worker.script = [HANG]
+    record, load = _record(worker.port), MemoryLoadBoard()
+    pool = H1Pool(connect_timeout_s=1.0, max_connections=1, max_waiting=0)
+    try:
+        runner = PrefillRunner(pool=pool, load=load, timeout_s=5.0)
+        hanging = asyncio.create_task(runner.run(record, PATH, BODY, prompt_tokens=40))
+        await asyncio.sleep(0.2)  # the first prefill holds the only connection
+        assert await _run(pool, record, MemoryLoadBoard()) == "saturated"  # _run checks its load is released
+        assert record.breaker.state is BreakerState.CLOSED and len(worker.heads) == 1
+        hanging.cancel()
+    finally:
+        pool.close()
