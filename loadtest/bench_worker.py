@@ -115,7 +115,7 @@ def main() -> None:
     )
     if args.pid:
         line += f" worker_cpu_per_req={cpu / r.requests * 1e6:.0f}us"
-    print(line)  # noqa: T201 - a command-line tool's output
+    print(line)
 
 
 if __name__ == "__main__":
