@@ -33,6 +33,16 @@ redis: ## make sure redis-server is installed (installs Debian's package when ro
 	  echo "redis-server is missing: install it (Debian/Ubuntu: sudo apt-get install redis-server; macOS: brew install redis)"; exit 1; \
 	fi
 
+promtool: ## install promtool when root (Debian's prometheus package, ~20 MB); its rule checks skip without it
+	@if command -v promtool >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+	    && { ! command -v systemctl >/dev/null 2>&1 || systemctl disable --now prometheus >/dev/null 2>&1 || true; }; } \
+	  || echo "promtool could not be installed: the alert-rule checks will skip"; \
+	else \
+	  echo "promtool is missing (Debian/Ubuntu: sudo apt-get install prometheus): the alert-rule checks will skip"; \
+	fi
+
 fmt: install ## format the code
 	$(BIN)/ruff format kvgate kvgate_core gateway policies workers loadtest tests
 	$(BIN)/ruff check --fix kvgate kvgate_core gateway policies workers loadtest tests
@@ -44,13 +54,13 @@ lint: install ## ruff and the import-layer contracts
 typecheck: install ## mypy --strict
 	$(BIN)/mypy
 
-test-unit: install redis ## fast unit and conformance tests
+test-unit: install redis promtool ## fast unit and conformance tests
 	$(BIN)/pytest tests/unit tests/conformance -q $(PYTEST_ARGS)
 
 test-integration: install redis ## real processes: gateway, workers, redis-server, the openai client
 	$(BIN)/pytest tests/integration -q $(PYTEST_ARGS)
 
-test: install redis ## install what tests need (Redis included) and run the whole suite
+test: install redis promtool ## install what tests need (Redis and promtool included) and run the whole suite
 	@$(BIN)/pytest tests -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests were collected: that is a failure" >&2; exit 1; fi; exit $$rc
 
@@ -67,4 +77,4 @@ bench: install ## gateway overhead and policy benchmarks (prints figures)
 clean: ## remove the environment and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-.PHONY: help venv install redis fmt lint typecheck test-unit test-integration test test-gpu demo bench clean
+.PHONY: help venv install redis promtool fmt lint typecheck test-unit test-integration test test-gpu demo bench clean
