@@ -84,10 +84,7 @@ class Proxy:
         self._rng = rng
         self._sleep = sleep
         self._relay = StreamRelay(pool, timeouts)
-        limits = limits or UpstreamLimits()
-        # the cap per attempt: the flag's, else the worker's advertised slots, else the default
-        self._fixed_cap = limits.max_connections or 0
-        self._default_cap = limits.cap(0)
+        self._limits = limits or UpstreamLimits()
         self._shed = ShedLog(metrics)
 
     async def handle(
@@ -154,7 +151,7 @@ class Proxy:
         request = target.post_request(_PATHS[parsed.endpoint], raw, extra)
         want_usage = self._router.wants_outcomes
         route = parsed.endpoint.value
-        cap = self._fixed_cap or routed.record.max_running or self._default_cap
+        cap = self._limits.cap(routed.record.max_running)
         # held while waiting for a connection too: the policy sees the waiting requests as load
         hold = Hold.take(self._load, routed.record, tokens)
         start = time.perf_counter()
