@@ -200,7 +200,12 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         for spec in settings.workers:
             fleet.add(spec)
             if kv is not None and spec.events is not None and spec.model is not None:
-                kv.add_engine_worker(spec.id, spec.events, model=spec.model, engine=spec.engine)
+                kv.add_engine_worker(
+                    spec.id,
+                    spec.events,
+                    model=spec.model,
+                    engine="sglang" if spec.engine == "sglang" else "vllm",
+                )
             elif kv is not None:
                 kv.add_worker(spec.id, spec.url)
         metrics.attach_fleet(fleet, state.load, (lambda: kv.degraded) if kv is not None else (lambda: False))

@@ -24,6 +24,9 @@ DEFAULT_POLICY = "prefix_cache_aware"
 
 #: Worker ids travel in response headers (``x-kvgate-worker``): printable ASCII, no spaces.
 _HEADER_SAFE: Final = re.compile(r"[!-~]{1,128}")
+#: ``engine=`` values a worker URL accepts (``gateway.engines.profiles.EngineKind``)
+ENGINE_NAMES: Final = ("auto", "kvgate", "vllm", "sglang", "trtllm", "tgi", "lmdeploy", "mii", "openai")
+_FRAGMENT_KEYS: Final = frozenset({"role", "id", "events", "engine", "model", "kv_tokens", "prefix_cache"})
 
 #: Half-life of the recent routed load that policies read (``gateway.state.recent``).
 DEFAULT_HALF_LIFE_S: Final = 30.0
@@ -78,10 +81,16 @@ class WorkerSpec:
     id: str
     url: str
     role: Role = Role.BOTH
-    #: a foreign engine's ZMQ KV-event publisher (``tcp://HOST:PORT``), for sidecar mode; None: our SSE
+    #: a foreign engine's ZMQ KV-event publisher (``tcp://HOST:PORT``); None: discovered from the engine
+    #: (vLLM ``/kv_event_sources``, kvgate's SSE ``/kv/events``, TensorRT-LLM's ``/kv_cache_events``)
     events: str | None = None
-    engine: str = "vllm"  # vllm | sglang: the encoding of ``events``
-    model: str | None = None  # model id to hash this engine's prompts with (required with ``events``)
+    #: the engine behind the URL (``ENGINE_NAMES``); ``auto``: detected from what the server answers
+    engine: str = "auto"
+    model: str | None = None  # model id to hash this engine's prompts with (default: its served model)
+    #: the engine's KV capacity in tokens when it cannot tell (``#kv_tokens=``); None: learned or default
+    kv_tokens: int | None = None
+    #: prefix reuse on the engine, when the operator knows better than detection (``#prefix_cache=on|off``)
+    prefix_cache: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,35 +203,55 @@ class Settings:
 
 
 def parse_worker(raw: str) -> WorkerSpec:
-    """Parse ``URL[#role=prefill|decode|both][&id=NAME][&events=tcp://H:P&engine=vllm|sglang&model=M]``.
+    """Parse ``URL[#role=prefill|decode|both][&id=NAME][&engine=E][&events=tcp://H:P][&model=M]
+    [&kv_tokens=N][&prefix_cache=on|off]``.
 
-    ``events`` points at a foreign engine's ZMQ KV-event publisher (vLLM, SGLang): the gateway then follows
-    those events (re-hashed into kvgate's scheme) instead of a kvgate worker's ``/kv/events``.
+    ``engine`` names the server behind the URL (``ENGINE_NAMES``; ``auto``, the default, detects it).
+    ``events`` points at a ZMQ KV-event publisher (vLLM, SGLang, TensorRT-LLM) when the engine does not say
+    where it publishes; the gateway follows those events, re-hashed into kvgate's scheme.
 
     Raises:
-        ConfigError: the URL is not http(s) or the role is unknown.
+        ConfigError: the URL is not http(s), or a fragment key or value is unknown or malformed.
     """
     parts = urlsplit(raw.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"worker URL {raw!r} must look like http://HOST:PORT[#role=prefill|decode|both]")
     frag = {k: v[-1] for k, v in parse_qs(parts.fragment).items()}
-    unknown = set(frag) - {"role", "id", "events", "engine", "model"}
+    unknown = set(frag) - _FRAGMENT_KEYS
     if unknown:
-        raise ConfigError(f"worker URL {raw!r}: unknown fragment key(s) {sorted(unknown)}; use #role=…&id=…")
+        raise ConfigError(
+            f"worker URL {raw!r}: unknown fragment key(s) {sorted(unknown)}; known: {', '.join(sorted(_FRAGMENT_KEYS))}"
+        )
     try:
         role = Role(frag.get("role", "both"))
     except ValueError:
         raise ConfigError(f"worker URL {raw!r}: role must be one of prefill, decode, both") from None
     url = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
-    events, engine, model = frag.get("events"), frag.get("engine", "vllm"), frag.get("model")
-    if events is not None and (not events.startswith(("tcp://", "ipc://")) or model is None):
-        raise ConfigError(f"worker URL {raw!r}: events= needs a tcp:// or ipc:// ZMQ address and model=NAME")
-    if engine not in ("vllm", "sglang"):
-        raise ConfigError(f"worker URL {raw!r}: engine must be vllm or sglang")
+    events, engine, model = frag.get("events"), frag.get("engine", "auto"), frag.get("model")
+    if events is not None and not events.startswith(("tcp://", "ipc://")):
+        raise ConfigError(f"worker URL {raw!r}: events= needs a tcp:// or ipc:// ZMQ address")
+    if engine not in ENGINE_NAMES:
+        raise ConfigError(f"worker URL {raw!r}: engine must be one of {', '.join(ENGINE_NAMES)}")
+    kv_tokens: int | None = None
+    if "kv_tokens" in frag:
+        try:
+            kv_tokens = int(frag["kv_tokens"])
+        except ValueError:
+            kv_tokens = 0
+        if kv_tokens <= 0:
+            raise ConfigError(f"worker URL {raw!r}: kv_tokens must be a positive integer")
+    prefix_cache: bool | None = None
+    if "prefix_cache" in frag:
+        if frag["prefix_cache"] not in ("on", "off"):
+            raise ConfigError(f"worker URL {raw!r}: prefix_cache must be on or off")
+        prefix_cache = frag["prefix_cache"] == "on"
     wid = frag.get("id") or parts.netloc + parts.path.rstrip("/")
     if not _HEADER_SAFE.fullmatch(wid):  # it is sent back in the x-kvgate-worker response header
         raise ConfigError(f"worker URL {raw!r}: the id must be 1-128 printable ASCII characters, no spaces")
-    return WorkerSpec(id=wid, url=url, role=role, events=events, engine=engine, model=model)
+    return WorkerSpec(
+        id=wid, url=url, role=role, events=events, engine=engine, model=model, kv_tokens=kv_tokens,
+        prefix_cache=prefix_cache,
+    )  # fmt: skip
 
 
 def _policy_spec(name: str, config_file: str | None) -> str | Mapping[str, Any]:

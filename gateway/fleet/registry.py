@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from gateway.engines.profiles import EngineFacts, EngineKind
 from gateway.errors import Conflict, NotFound
 from gateway.fleet.breaker import CircuitBreaker
 from gateway.settings import BreakerSettings, WorkerSpec
@@ -39,6 +40,10 @@ class WorkerRecord:
     max_running: int = 0
     # requests this gateway saw finish on the worker since its last /load probe (reset by the probe)
     finished_since_probe: int = 0
+    # what the gateway knows of the engine behind the URL (``gateway.engines``): kind, signals, cache facts
+    facts: EngineFacts = field(default_factory=EngineFacts)
+    # the engine as configured (``engine=``); ``auto``: ``facts.kind`` is detected
+    configured_engine: EngineKind = EngineKind.AUTO
 
     @property
     def waiting_now(self) -> int:
@@ -82,7 +87,15 @@ class Fleet:
         breaker = CircuitBreaker(
             failures=self._breaker.failures, open_s=self._breaker.open_s, clock=self._clock
         )
-        record = WorkerRecord(id=spec.id, url=spec.url, role=spec.role, breaker=breaker)
+        engine = EngineKind(spec.engine)
+        facts = EngineFacts(kind=engine, detected_by="configured" if engine is not EngineKind.AUTO else "")
+        if spec.prefix_cache is not None:
+            facts.prefix_reuse = spec.prefix_cache
+        if spec.kv_tokens is not None:
+            facts.kv_capacity_tokens = spec.kv_tokens
+        record = WorkerRecord(
+            id=spec.id, url=spec.url, role=spec.role, breaker=breaker, facts=facts, configured_engine=engine
+        )
         self._records[spec.id] = record
         logger.info("worker added", extra={"worker": spec.id, "url": spec.url, "role": str(spec.role)})
         return record
