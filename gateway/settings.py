@@ -220,7 +220,8 @@ def parse_worker(raw: str) -> WorkerSpec:
     unknown = set(frag) - _FRAGMENT_KEYS
     if unknown:
         raise ConfigError(
-            f"worker URL {raw!r}: unknown fragment key(s) {sorted(unknown)}; known: {', '.join(sorted(_FRAGMENT_KEYS))}"
+            f"worker URL {raw!r}: unknown fragment key(s) {sorted(unknown)}; "
+            f"known: {', '.join(sorted(_FRAGMENT_KEYS))}"
         )
     try:
         role = Role(frag.get("role", "both"))
