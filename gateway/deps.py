@@ -19,7 +19,7 @@ from typing import Protocol
 import httpx
 
 from gateway.analyze.analyzer import PromptAnalyzer
-from gateway.analyze.factory import build_analyzer as build_prompt_analyzer
+from gateway.analyze.factory import TokenizerChoice, analyzer_for, resolve_tokenizer
 from gateway.errors import ConfigError
 from gateway.fleet.health import HealthChecker
 from gateway.fleet.pools import PoolBalancer, build_balancer
@@ -33,11 +33,13 @@ from gateway.proxy.forward import Proxy
 from gateway.proxy.upstream import UpstreamQueue, open_upstream
 from gateway.routing.parity_gate import parity_reports, refuse_precise
 from gateway.routing.router import Router
-from gateway.settings import Settings
+from gateway.settings import Settings, parse_pool_settings
 from gateway.state.factory import open_state
 from gateway.state.protocols import LoadBoard, State
 from gateway.state.recent import RecentConfig
+from gateway.state.redis_client import is_redis_url
 from kvgate_core.h1 import H1Getter, H1Pool
+from kvgate_core.tokenize.bundle import byte_bundle
 from policies.api import Need, Policy, PolicyContext
 from policies.registry import build_policy as build_registered_policy
 
@@ -119,30 +121,74 @@ def build_policy(settings: Settings, clock: Callable[[], float], load: LoadBoard
     return policy
 
 
-async def build_analyzer(
-    settings: Settings, policy: Policy, client: httpx.AsyncClient
-) -> PromptAnalyzer | None:
-    """The prompt analyzer when the policy needs tokens or block hashes, else None.
+@dataclass(frozen=True, slots=True)
+class AnalyzerChoice:
+    """The analyzer the policy gets, and whether it is the fallback that only the approximate index suits."""
+
+    analyzer: PromptAnalyzer | None
+    approximate_only: bool = False
+
+
+async def build_analyzer(settings: Settings, policy: Policy, client: httpx.AsyncClient) -> AnalyzerChoice:
+    """The prompt analyzer when the policy needs tokens or block hashes (else none).
+
+    With ``--tokenizer auto`` this never fails: when no worker serves its tokenizer (``GET /tokenizer``) or
+    names a readable model directory (``/v1/models``), the byte tokenizer stands in, routing on the
+    approximate index, and one WARNING line says what precise routing would need.
 
     Raises:
-        ConfigError: the policy needs tokens but ``--tokenizer none`` was given or none could be loaded.
+        ConfigError: the policy needs tokens but ``--tokenizer none`` was given, or an explicit tokenizer
+            path cannot be loaded.
     """
     if not policy.needs & {Need.TOKENS, Need.BLOCK_HASHES}:
-        return None
+        return AnalyzerChoice(None)
     if settings.tokenizer == "none":
         raise ConfigError(f"policy {policy.name!r} needs prompt tokens; give --tokenizer auto|bytes|PATH")
-    analyzer = await build_prompt_analyzer(
-        settings.tokenizer,
-        block_size=settings.block_size,
-        worker_urls=[w.url for w in settings.workers],
-        client=client,
-    )
-    if analyzer is None:
-        raise ConfigError(
-            f"policy {policy.name!r} needs prompt tokens but --tokenizer {settings.tokenizer!r} "
-            "gave no tokenizer; point --tokenizer at a tokenizer.json or use 'bytes'"
+    try:
+        choice = await resolve_tokenizer(
+            settings.tokenizer, worker_urls=[w.url for w in settings.workers], client=client
         )
-    return analyzer
+    except ValueError as exc:
+        raise ConfigError(f"--tokenizer: {exc}") from None
+    if choice.bundle is None:
+        logger.warning(
+            "no exact tokenizer (%s): routing cache-aware on the byte tokenizer with the approximate index; "
+            "for precise routing on the engines' KV events give --tokenizer PATH (the engine's "
+            "tokenizer.json or model directory, readable by the gateway)",
+            choice.source,
+        )
+        choice = TokenizerChoice(byte_bundle(), "byte tokenizer (fallback)", exact=False)
+    return AnalyzerChoice(
+        analyzer_for(choice, block_size=settings.block_size), approximate_only=not choice.exact
+    )
+
+
+async def preflight(settings: Settings) -> tuple[Settings, DepsOverrides]:
+    """What start-up can get wrong, checked before the server binds its port: the policy, the state URL,
+    the role pools and the tokenizer (which ``auto`` resolves here, once, from the workers).
+
+    Returns:
+        the settings to serve with (the KV index turned approximate when no exact tokenizer was found) and
+        the analyzer to use, so the app's lifespan does not resolve it again.
+
+    Raises:
+        ConfigError: one line that says what is wrong.
+    """
+    if settings.state_url != "memory" and not is_redis_url(settings.state_url):
+        raise ConfigError(
+            f"--state {settings.state_url!r} is not understood; use 'memory' or 'redis://HOST:PORT/DB'"
+        )
+    policy = build_policy(settings, time.monotonic)
+    try:
+        parse_pool_settings(settings.role_pools)
+    except ValueError as exc:
+        raise ConfigError(f"--role-pools: {exc}") from None
+    async with httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=settings.timeouts.connect_s)) as client:
+        chosen = await build_analyzer(settings, policy, client)
+    if chosen.approximate_only and settings.kv_index != "approximate":
+        logger.warning("KV index: approximate (the gateway's tokens are not the engines')")
+        settings = dataclasses.replace(settings, kv_index="approximate")
+    return settings, DepsOverrides(analyzer=chosen.analyzer)
 
 
 def _open_kv(
@@ -188,7 +234,14 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         )
         probes = H1Getter(await stack.enter_async_context(open_upstream(timeouts=settings.timeouts)))
         policy = ov.policy or build_policy(settings, ov.clock, state.load)
-        analyzer = ov.analyzer or await build_analyzer(settings, policy, control)
+        if ov.analyzer is not None:
+            analyzer: PromptAnalyzer | None = ov.analyzer
+        else:
+            chosen = await build_analyzer(settings, policy, control)
+            analyzer = chosen.analyzer
+            if chosen.approximate_only and settings.kv_index != "approximate":
+                logger.warning("KV index: approximate (the gateway's tokens are not the engines')")
+                settings = dataclasses.replace(settings, kv_index="approximate")
         kv = ov.kv_service
         if kv is None and Need.PREFIX_HITS in policy.needs:
             if settings.kv_index == "precise":

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import logging
 import math
 import os
 import resource
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import uvicorn
 
 from gateway.app import GatewayApp, create_app
-from gateway.deps import Deps, build_policy
+from gateway.deps import Deps, DepsOverrides, preflight
 from gateway.errors import ConfigError
 from gateway.observability.logging import configure as configure_logging
 from gateway.reload import WorkerSource
@@ -134,14 +134,17 @@ def _worker_source(argv: Sequence[str]) -> WorkerSource:
 
 
 def build_asgi(
-    settings: Settings, security: SecuritySettings, reload_source: WorkerSource | None = None
+    settings: Settings,
+    security: SecuritySettings,
+    reload_source: WorkerSource | None = None,
+    deps: DepsOverrides | None = None,
 ) -> ASGIApp:
     """The gateway app wrapped in its protective layers (auth, limits, admission, tracing)."""
     tracer = None
     if security.trace:
         provider = build_tracer_provider(otlp_endpoint=security.otlp_endpoint)
         tracer = provider.get_tracer("kvgate.gateway")
-    app = create_app(settings, reload_source=reload_source)
+    app = create_app(settings, deps, reload_source=reload_source)
     redis = _state_redis(app) if is_redis_url(settings.state_url) else None
     return wrap_app(app, security, redis=redis, tracer=tracer)
 
@@ -160,9 +163,14 @@ def _state_redis(app: GatewayApp) -> Callable[[], Redis | None]:
 def serve(
     settings: Settings, security: SecuritySettings, grace_s: float, reload_source: WorkerSource | None = None
 ) -> bool:
-    """Run the gateway until SIGINT/SIGTERM (graceful: in-flight requests get ``grace_s``)."""
+    """Run the gateway until SIGINT/SIGTERM (graceful: in-flight requests get ``grace_s``).
+
+    Raises:
+        ConfigError: the preflight (``gateway.deps.preflight``) found the configuration unworkable.
+    """
+    settings, deps = asyncio.run(preflight(settings))
     config = uvicorn.Config(
-        build_asgi(settings, security, reload_source),
+        build_asgi(settings, security, reload_source, deps),
         host=settings.host,
         port=settings.port,
         loop="uvloop",
@@ -226,7 +234,6 @@ def run(args: argparse.Namespace) -> int:
         if not settings.workers:
             raise ConfigError("give at least one --worker URL (or KVGATE_WORKER / worker: in --config)")
         raise_open_files_limit(settings)
-        build_policy(settings, time.monotonic)  # fail fast on a bad policy, before binding the port
         argv = ["gateway", *sys.argv[sys.argv.index("gateway") + 1 :]] if "gateway" in sys.argv else None
         source = _worker_source(argv) if argv is not None else None
         started = serve(settings, security, args.shutdown_grace_s, source)

@@ -5,10 +5,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.analyze.factory import build_analyzer
+from gateway.analyze.factory import build_analyzer, resolve_tokenizer
 from gateway.analyze.prompt import TokenizingAnalyzer
 from kvgate_core.tokenize.bundle import TokenizerBundle, byte_bundle
 from kvgate_core.tokenize.request_prompt import Endpoint, parse_chat
+from tests.support.tokenizer import train_tiny_tokenizer
 
 BODY = {"messages": [{"role": "user", "content": "The quick brown fox jumps over the lazy dog."}]}
 
@@ -89,6 +90,7 @@ async def test_auto_retries_until_a_worker_answers() -> None:
 
 
 async def test_auto_gives_up_after_the_wait(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="gateway.analyze.factory")
     slept: list[float] = []
 
     async def sleep(seconds: float) -> None:
@@ -103,7 +105,7 @@ async def test_auto_gives_up_after_the_wait(caplog: pytest.LogCaptureFixture) ->
         )
     assert analyzer is None
     assert sum(slept) == pytest.approx(2.0)
-    assert "no worker of ['http://w'] served a tokenizer" in caplog.text
+    assert "no worker of ['http://w'] served GET /tokenizer" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -130,3 +132,37 @@ async def test_auto_stops_at_once_when_every_worker_answered_without_a_tokenizer
 async def test_auto_without_workers_returns_none() -> None:
     async with httpx.AsyncClient() as client:
         assert await build_analyzer("auto", block_size=16, worker_urls=[], client=client) is None
+
+
+async def test_auto_loads_the_model_directory_an_engine_names_in_v1_models(tmp_path: Path) -> None:
+    model_dir = tmp_path / "SmolLM2"
+    model_dir.mkdir()
+    train_tiny_tokenizer(model_dir)
+    cards = {"data": [{"id": "smol", "root": str(model_dir), "owned_by": "vllm"}]}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=cards) if request.url.path == "/v1/models" else httpx.Response(404)
+
+    async with _client(httpx.MockTransport(handler)) as client:
+        choice = await resolve_tokenizer("auto", worker_urls=["http://w"], client=client)
+    assert choice.exact and choice.bundle is not None
+    assert choice.bundle.model == "smol"  # named after the served id: what clients send as ``model``
+    assert str(model_dir) in choice.source
+
+
+@pytest.mark.parametrize("root", ["/nonexistent/model", "HuggingFaceTB/SmolLM2-135M-Instruct", None])
+async def test_auto_reports_no_exact_tokenizer_when_the_named_model_is_not_readable(root: str | None) -> None:
+    card: dict[str, object] = {"id": "smol", "owned_by": "vllm"}
+    if root is not None:
+        card["root"] = root
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return (
+            httpx.Response(200, json={"data": [card]})
+            if request.url.path == "/v1/models"
+            else httpx.Response(404)
+        )
+
+    async with _client(httpx.MockTransport(handler)) as client:
+        choice = await resolve_tokenizer("auto", worker_urls=["http://w"], client=client)
+    assert choice.bundle is None and not choice.exact
