@@ -138,7 +138,9 @@ class Router:
             if self._fleet.knows_model(req.model) or not any(r.models for r in self._fleet):
                 raise NoHealthyWorker(f"no healthy worker serves model {req.model!r}; retry later")
             raise ModelNotFound(f"the model {req.model!r} does not exist on any worker", param="model")
-        hits = self._lookup(req, [r.id for r in records])
+        # a worker whose engine cannot reuse a prefix (``EngineFacts.no_affinity_reason``) gets no hits: the
+        # policy then places its requests by load alone
+        hits = self._lookup(req, [r.id for r in records if r.facts.no_affinity_reason is None])
         views = []
         for r in records:
             load = self._load.get(r.id)
@@ -191,7 +193,7 @@ class Router:
             raise NoHealthyWorker(f"no healthy worker can serve model {req.model!r} now; retry later")
         if self._observer is not None:
             self._observer.on_routed(req, decision)
-        if self._recorder is not None and req.block_hashes:
+        if self._recorder is not None and req.block_hashes and record.facts.no_affinity_reason is None:
             self._recorder.record_routed(record.id, req.block_hashes)
         hit_blocks = next(v.gpu_hit_blocks for v in views if v.id == decision.worker)
         hit_tokens = self._cached_tokens(req, hit_blocks)

@@ -281,3 +281,22 @@ def test_unknown_model_before_any_probe_is_503_not_404() -> None:
     router = _router(FakePolicy(), fleet, FakeAnalyzer(), FakeIndex())
     with pytest.raises(NoHealthyWorker):
         router.route(RouteRequest(model="m"))
+
+
+def test_a_worker_whose_engine_cannot_reuse_a_prefix_gets_no_hits_and_no_recorded_placement() -> None:
+    fleet = _fleet("m", "m")
+    mii = fleet.get("w0")
+    assert mii is not None
+    mii.facts.no_affinity_reason = "DeepSpeed-MII keeps no prefix cache"
+    policy = FakePolicy(needs=frozenset({Need.BLOCK_HASHES, Need.PREFIX_HITS}))
+    index = FakeIndex(hits={"w0": PrefixHit(gpu_blocks=2), "w1": PrefixHit(gpu_blocks=1)})
+    router = _router(policy, fleet, FakeAnalyzer(), index)
+    routed = router.route(router.prepare(_parsed(), {}))
+    views = {v.id: v for v in policy.seen[-1][1]}
+    assert views[WorkerId("w0")].gpu_hit_blocks == 0
+    assert routed.record.id == "w1"
+    mii.facts.no_affinity_reason = None
+    policy.seen.clear()
+    routed = router.route(router.prepare(_parsed(), {}))
+    assert routed.record.id == "w0"
+    assert ("w0", (11, 22)) in index.recorded and ("w1", (11, 22)) in index.recorded
