@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from gateway.api.completion_docs import COMPLETION_BODY
 from gateway.api.control import CLIENT_ERRORS, ERROR_DOC, AppDeps, ControlRoute, add_get
 from gateway.api.models import (
+    EngineInfo,
     ErrorResponse,
     ParityResult,
     PoolInfo,
@@ -22,18 +23,28 @@ from gateway.api.models import (
     WorkerScore,
 )
 from gateway.api.openai_routes import read_body
+from gateway.engines.summary import engine_summary
 from gateway.errors import ConfigError, InvalidRequest
 from gateway.fleet.registry import WorkerRecord
 from gateway.openai.schema import parse_request
-from gateway.routing.parity_gate import parity_reports, reports_json
+from gateway.routing.parity_gate import parity_reports, parity_targets, reports_json
 from gateway.routing.router import Explanation
 from gateway.settings import parse_worker
 from kvgate_core.tokenize.request_prompt import Endpoint
 
 
+def engine_info(record: WorkerRecord, events: dict[str, Any] | None = None) -> EngineInfo:
+    """The ``engine`` object of one worker; ``events``: the state of its KV-event feed, where the KV service
+    keeps one."""
+    return EngineInfo.model_validate(
+        {**engine_summary(record.facts, record.configured_engine), "events": events}
+    )
+
+
 def _worker_info(record: WorkerRecord, inflight: int, pool: dict[str, Any] | None = None) -> WorkerInfo:
     """One worker; ``pool``: its PD pool (role it serves now, why it last changed), when pools run."""
     return WorkerInfo(
+        engine=engine_info(record),
         pool=PoolInfo.model_validate(pool) if pool is not None else None,
         id=record.id,
         url=record.url,
@@ -51,7 +62,7 @@ def _worker_info(record: WorkerRecord, inflight: int, pool: dict[str, Any] | Non
 
 
 async def list_workers(deps: AppDeps) -> WorkerList:
-    """The fleet as the gateway sees it."""
+    """The fleet as the gateway sees it, each worker with its engine."""
     pools = deps.pools
     rows = [
         _worker_info(r, deps.state.load.get(r.id).inflight_requests, pools.describe(r.id) if pools else None)
@@ -127,7 +138,7 @@ async def explain_route(request: Request, deps: AppDeps) -> RouteExplanation:
 
 async def check_parity_now(deps: AppDeps) -> ParityResult:
     """Run the tokenizer parity self-test against every worker now."""
-    reports = await parity_reports(deps.analyzer, [r.url for r in deps.fleet], deps.control)
+    reports = await parity_reports(deps.analyzer, parity_targets(deps.fleet), deps.control)
     body = {"checked": bool(reports), "ok": all(r.ok for r in reports), "workers": reports_json(reports)}
     return ParityResult.model_validate(body)
 

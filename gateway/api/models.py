@@ -6,7 +6,7 @@ them: those stay raw ASGI (``gateway.api.completion_docs`` only describes them).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
@@ -65,8 +65,29 @@ class PoolInfo(BaseModel):
     moves: int
 
 
+class EngineInfo(BaseModel):
+    """The engine behind a worker: what answers there, how its load is read, its cache facts."""
+
+    kind: str
+    configured: str
+    detected_by: str
+    version: str | None
+    served_model: str | None
+    load_signal: str
+    load_note: str
+    block_size: int
+    block_size_source: str
+    kv_capacity_tokens: int | None
+    prefix_reuse: bool | None
+    no_affinity_reason: str | None
+    health: str
+    parity_route: str | None
+    #: the worker's KV-event feed (filled by the KV service; None where it keeps no feed)
+    events: dict[str, Any] | None = None
+
+
 class WorkerInfo(BaseModel):
-    """One worker as the gateway sees it."""
+    """One worker as the gateway sees it, with its engine."""
 
     pool: PoolInfo | None
     id: str
@@ -81,6 +102,7 @@ class WorkerInfo(BaseModel):
     kv_usage: float
     cached_blocks: int
     models: list[str]
+    engine: EngineInfo
 
 
 class WorkerList(BaseModel):
@@ -151,6 +173,10 @@ class WorkerParity(BaseModel):
     ok: bool
     mismatches: list[ProbeMismatch]
     errors: list[ProbeFailure]
+    #: why the worker was not probed at all (its engine has no tokenize route), else None
+    skipped: str | None = None
+    #: probes left out for this engine, each with the reason
+    skipped_probes: list[dict[str, str]] = []
 
 
 class ParityResult(BaseModel):

@@ -53,6 +53,7 @@ class EngineProfile:
     Attributes:
         kind: the engine.
         load_path: GET path of its load signal (None: it has none; the gateway's in-flight count stands in).
+            TensorRT-LLM's JSON ``/metrics`` drains a queue: the health loop must be its only reader.
         load_format: how to parse what ``load_path`` answers.
         health_trusted: False where ``/health`` is a static 200 (MII): only failed requests mark it down.
         parity_route: the tokenize probe for the parity gate.
@@ -94,8 +95,8 @@ PROFILES: Final[dict[EngineKind, EngineProfile]] = {
         "zmq", ("cache_salt",),
     ),
     EngineKind.SGLANG: EngineProfile(
-        EngineKind.SGLANG, "/v1/loads", "sglang_loads", True, "v1_tokenize", True, True, "flag", False, "yes",
-        1, "zmq", ("cache_salt", "extra_key"),
+        EngineKind.SGLANG, "/v1/loads?include=core", "sglang_loads", True, "v1_tokenize", True, True, "flag",
+        False, "yes", 1, "zmq", ("cache_salt", "extra_key"),
     ),
     EngineKind.TRTLLM: EngineProfile(
         EngineKind.TRTLLM, "/metrics", "trtllm_json", True, "none", True, True, "always", False, "yes", 32,
@@ -141,6 +142,7 @@ class EngineFacts:
             already replaced by the worker's host.
         load_signal: ``"engine"`` when the last load scrape succeeded, ``"in-flight"`` when the gateway's own
             count stands in (with ``load_note`` saying why).
+        load_note: where the load figures come from, or why there are none.
         no_affinity_reason: set when cache affinity cannot pay off on this worker (policies route it by load).
     """
 

@@ -1,11 +1,19 @@
-"""Active health checks: each round probes every worker's ``/health`` and ``/load`` (and ``/v1/models`` when
-the worker turns healthy and every ``models_interval_s``: model lists rarely change).
+"""Active health checks: each round probes every worker's ``/health`` and reads its engine's load signal
+(and ``/v1/models`` when the worker turns healthy and every ``models_interval_s``: model lists rarely change).
+
+When a worker turns healthy its engine is detected (``gateway.engines.detect``): which engine answers, its
+version, block size and KV capacity, and so which load signal, health rule and parity probe apply. A worker
+whose engine could not be told (``auto`` after a detection that got no answer) is asked again every
+``models_interval_s``. Each detection is logged on one INFO line and handed to ``on_detected`` (the KV
+service starts that worker's event feed there). One probe asks each path at most once (``OnceGet``), so
+detection and the first load scrape share ``/v1/models`` and vLLM's ``/metrics``.
 
 A probe failure marks the worker unhealthy (it gets no traffic until a probe passes). Passive failures seen
-by the proxy feed the worker's circuit breaker instead (``fleet.breaker``). The round also finishes drains:
-a draining worker with no request in flight is removed. The background loop spreads a round's probes over
-its interval instead of sending them all at once, so a large fleet's probes never stall the event loop
-(and the requests on it) in one burst.
+by the proxy feed the worker's circuit breaker instead (``fleet.breaker``); on an engine whose ``/health`` is
+a static 200 (DeepSpeed-MII: ``health_trusted`` false) that breaker is the only real signal. The round also
+finishes drains: a draining worker with no request in flight is removed. The background loop spreads a
+round's probes over its interval instead of sending them all at once, so a large fleet's probes never stall
+the event loop (and the requests on it) in one burst.
 """
 
 from __future__ import annotations
@@ -13,40 +21,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import orjson
 
+from gateway.engines.detect import detect_engine
+from gateway.engines.load import kvgate_load
+from gateway.engines.probe import Get, OnceGet
+from gateway.engines.profiles import EngineFacts, EngineKind
+from gateway.engines.summary import describe
 from gateway.fleet.registry import Fleet, WorkerRecord
+from gateway.fleet.signals import adopt_detection, apply_engine_load, scrape_load
 from gateway.state.protocols import LoadBoard
+
+__all__ = ["Detect", "Get", "HealthChecker", "apply_load", "apply_models"]
 
 logger = logging.getLogger(__name__)
 
-#: ``await get(base_url, path)`` -> (status, body); raises ``OSError`` or ``TimeoutError`` when it fails
-Get = Callable[[str, str], Awaitable[tuple[int, bytes]]]
 
+class Detect(Protocol):
+    """``await detect(get, base_url, configured=kind)`` -> the engine's facts (``detect_engine``)."""
 
-def _int(data: Mapping[str, Any], *keys: str) -> int:
-    for key in keys:
-        value = data.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return int(value)
-    return 0
+    async def __call__(self, get: Get, base_url: str, *, configured: EngineKind) -> EngineFacts: ...
 
 
 def apply_load(record: WorkerRecord, data: Mapping[str, Any]) -> None:
-    """Copy a worker's ``/load`` figures onto its record (unknown keys ignored, missing ones 0).
+    """Copy a kvgate worker's ``/load`` figures onto its record (unknown keys ignored, missing ones 0).
 
     ``max_running`` (its running slots) sizes the worker's upstream connection cap (``gateway.proxy``).
     """
-    record.running = _int(data, "running", "num_running")
-    record.max_running = _int(data, "max_running", "max_num_seqs")
-    record.queue_depth = _int(data, "waiting", "num_waiting", "queue_depth")
-    record.finished_since_probe = 0
-    record.cached_blocks = _int(data, "cached_blocks", "num_cached_blocks", "kv_blocks_cached")
-    usage = data.get("kv_usage", 0.0)
-    record.kv_usage = min(1.0, max(0.0, float(usage))) if isinstance(usage, int | float) else 0.0
+    apply_engine_load(record, kvgate_load(data))
 
 
 def apply_models(record: WorkerRecord, data: Mapping[str, Any]) -> None:
@@ -65,7 +70,11 @@ class HealthChecker:
         load: in-flight accounting, to know when a draining worker is idle.
         interval_s: time between rounds; each probe's deadline is the same.
         on_removed: called with a worker id after a drained worker is removed.
-        models_interval_s: how often a healthy worker's ``/v1/models`` is read again.
+        models_interval_s: how often a healthy worker's ``/v1/models`` is read again (and an undetected
+            engine detected again).
+        on_detected: called with the record after each detection that told the engine (its ``facts`` are
+            filled): the place to start per-engine work such as a KV-event feed. It must not block.
+        detect: the engine detection (``gateway.engines.detect.detect_engine``; a fake in tests).
         clock: monotonic clock, injected for tests.
     """
 
@@ -78,6 +87,8 @@ class HealthChecker:
         interval_s: float,
         on_removed: Callable[[str], None] = lambda _id: None,
         models_interval_s: float = 30.0,
+        on_detected: Callable[[WorkerRecord], None] = lambda _record: None,
+        detect: Detect = detect_engine,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._fleet = fleet
@@ -87,8 +98,11 @@ class HealthChecker:
         self._on_removed = on_removed
         self._probe_timeout_s = min(max(interval_s, 1.0), 5.0)
         self._models_interval_s = models_interval_s
+        self._on_detected = on_detected
+        self._detect = detect
         self._clock = clock
         self._models_read_at: dict[str, float] = {}
+        self._detected_at: dict[str, float] = {}
 
     async def run(self) -> None:
         """Probe until cancelled: every worker once per interval, unhealthy ones every second; a round's
@@ -128,17 +142,23 @@ class HealthChecker:
             if record.draining and self._load.get(record.id).inflight_requests == 0:
                 self._fleet.remove(record.id)
                 self._models_read_at.pop(record.id, None)
+                self._detected_at.pop(record.id, None)
                 self._on_removed(record.id)
 
     async def probe(self, record: WorkerRecord) -> None:
-        """Probe one worker; mark it healthy when ``/health`` answers 200."""
+        """Probe one worker: healthy when ``/health`` answers 200; then its engine is detected if due, and
+        its load signal read."""
         was_healthy = record.healthy
+        get = OnceGet(self._get)
         try:
             async with asyncio.timeout(self._probe_timeout_s):
-                status, _ = await self._get(record.url, "/health")
+                status, _ = await get(record.url, "/health")
                 record.healthy = status == 200
-                if record.healthy:
-                    await self._poll_extras(record, models=not was_healthy)
+            if record.healthy:
+                if self._detection_due(record, turned_healthy=not was_healthy):
+                    await self._detect_engine(record, get)
+                async with asyncio.timeout(self._probe_timeout_s):
+                    await self._poll_extras(record, get, models=not was_healthy)
         except (TimeoutError, OSError, ValueError) as exc:
             record.healthy = False
             if was_healthy:
@@ -147,16 +167,51 @@ class HealthChecker:
         if record.healthy != was_healthy:
             logger.info("worker health changed", extra={"worker": record.id, "healthy": record.healthy})
 
-    async def _poll_extras(self, record: WorkerRecord, *, models: bool) -> None:
-        """``/load`` every time; ``/v1/models`` when ``models`` (the worker just turned healthy), while its
-        list is unknown, or ``models_interval_s`` after the last read."""
+    def _detection_due(self, record: WorkerRecord, *, turned_healthy: bool) -> bool:
+        """On turning healthy (it may have restarted as something else), and every ``models_interval_s``
+        while the engine is still unknown."""
+        if turned_healthy:
+            return True
+        if record.facts.kind is not EngineKind.AUTO:
+            return False
+        last = self._detected_at.get(record.id)
+        return last is None or self._clock() - last >= self._models_interval_s
+
+    async def _detect_engine(self, record: WorkerRecord, get: Get) -> None:
+        """Detect the worker's engine, under its own deadline: a slow answer leaves it healthy, undetected."""
+        self._detected_at[record.id] = self._clock()
+        try:
+            async with asyncio.timeout(self._probe_timeout_s):
+                detected = await self._detect(get, record.url, configured=record.configured_engine)
+        except TimeoutError:
+            detected = EngineFacts(detected_by="detection timed out")
+        if detected.kind is EngineKind.AUTO:
+            why = detected.detected_by or "no answer"
+            logger.warning(
+                "worker %s: engine not detected (%s); asked again in %.0f s", record.id, why,
+                self._models_interval_s, extra={"worker": record.id},
+            )  # fmt: skip
+            if record.facts.kind is not EngineKind.AUTO:
+                return  # known before: keep what was known
+        adopt_detection(record, detected)
+        if detected.kind is EngineKind.AUTO:
+            return
+        logger.info(
+            "%s", describe(record.id, record.facts), extra={"worker": record.id, "engine": str(detected.kind)}
+        )
+        try:
+            self._on_detected(record)
+        except Exception:  # a hook's bug must not stop health checks
+            logger.exception("on_detected hook failed", extra={"worker": record.id})
+
+    async def _poll_extras(self, record: WorkerRecord, get: Get, *, models: bool) -> None:
+        """The load signal every time; ``/v1/models`` when ``models`` (the worker just turned healthy), while
+        its list is unknown, or ``models_interval_s`` after the last read."""
         now = self._clock()
         last = self._models_read_at.get(record.id)
         if models or not record.models or last is None or now - last >= self._models_interval_s:
-            status, body = await self._get(record.url, "/v1/models")
+            status, body = await get(record.url, "/v1/models")
             if status == 200 and isinstance(data := orjson.loads(body), dict):
                 apply_models(record, data)
                 self._models_read_at[record.id] = now
-        status, body = await self._get(record.url, "/load")
-        if status == 200 and isinstance(figures := orjson.loads(body), dict):
-            apply_load(record, figures)
+        await scrape_load(record, get)

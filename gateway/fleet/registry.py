@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from gateway.engines.affinity import update_affinity
 from gateway.engines.profiles import EngineFacts, EngineKind
 from gateway.errors import Conflict, NotFound
 from gateway.fleet.breaker import CircuitBreaker
@@ -44,6 +45,9 @@ class WorkerRecord:
     facts: EngineFacts = field(default_factory=EngineFacts)
     # the engine as configured (``engine=``); ``auto``: ``facts.kind`` is detected
     configured_engine: EngineKind = EngineKind.AUTO
+    # the operator's word on the engine (``kv_tokens=``, ``prefix_cache=``): kept over what detection finds
+    operator_kv_tokens: int | None = None
+    operator_prefix_cache: bool | None = None
 
     @property
     def waiting_now(self) -> int:
@@ -93,9 +97,11 @@ class Fleet:
             facts.prefix_reuse = spec.prefix_cache
         if spec.kv_tokens is not None:
             facts.kv_capacity_tokens = spec.kv_tokens
+        update_affinity(facts)
         record = WorkerRecord(
-            id=spec.id, url=spec.url, role=spec.role, breaker=breaker, facts=facts, configured_engine=engine
-        )
+            id=spec.id, url=spec.url, role=spec.role, breaker=breaker, facts=facts, configured_engine=engine,
+            operator_kv_tokens=spec.kv_tokens, operator_prefix_cache=spec.prefix_cache,
+        )  # fmt: skip
         self._records[spec.id] = record
         logger.info("worker added", extra={"worker": spec.id, "url": spec.url, "role": str(spec.role)})
         return record
