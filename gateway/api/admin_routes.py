@@ -41,10 +41,28 @@ def engine_info(record: WorkerRecord, events: dict[str, Any] | None = None) -> E
     )
 
 
-def _worker_info(record: WorkerRecord, inflight: int, pool: dict[str, Any] | None = None) -> WorkerInfo:
-    """One worker; ``pool``: its PD pool (role it serves now, why it last changed), when pools run."""
+def _events(deps: AppDeps, worker_id: str) -> dict[str, Any] | None:
+    """The worker's KV-event feed as the KV service runs it (None: no feed follows it)."""
+    kv = deps.kv
+    if kv is None:
+        return None
+    status = kv.feed_status(worker_id)
+    if status is None and worker_id in kv.workers:  # a kvgate worker's own SSE feed
+        status = {"engine": "kvgate", "state": "following", "trusted": True, "sources": ["/kv/events"]}
+    return status
+
+
+def _worker_info(
+    record: WorkerRecord,
+    inflight: int,
+    pool: dict[str, Any] | None = None,
+    *,
+    events: dict[str, Any] | None = None,
+) -> WorkerInfo:
+    """One worker; ``pool``: its PD pool (role it serves now, why it last changed), when pools run;
+    ``events``: its KV-event feed."""
     return WorkerInfo(
-        engine=engine_info(record),
+        engine=engine_info(record, events),
         pool=PoolInfo.model_validate(pool) if pool is not None else None,
         id=record.id,
         url=record.url,
@@ -65,7 +83,12 @@ async def list_workers(deps: AppDeps) -> WorkerList:
     """The fleet as the gateway sees it, each worker with its engine."""
     pools = deps.pools
     rows = [
-        _worker_info(r, deps.state.load.get(r.id).inflight_requests, pools.describe(r.id) if pools else None)
+        _worker_info(
+            r,
+            deps.state.load.get(r.id).inflight_requests,
+            pools.describe(r.id) if pools else None,
+            events=_events(deps, r.id),
+        )
         for r in deps.fleet
     ]
     return WorkerList(workers=rows)
@@ -79,15 +102,17 @@ async def register_worker(body: RegisterWorker, deps: AppDeps) -> WorkerInfo:
     except ConfigError as exc:
         raise InvalidRequest(exc.message, param="url") from None
     record = deps.fleet.add(spec)
-    deps.on_worker_added(record)
+    deps.on_worker_added(record, spec)
     await deps.health.probe(record)
-    return _worker_info(record, 0)
+    return _worker_info(record, 0, events=_events(deps, record.id))
 
 
 async def drain_worker(worker_id: str, deps: AppDeps) -> WorkerInfo:
     """Stop new requests to a worker; the health loop removes it once its in-flight requests finish."""
     record = deps.fleet.drain(worker_id)
-    return _worker_info(record, deps.state.load.get(record.id).inflight_requests)
+    return _worker_info(
+        record, deps.state.load.get(record.id).inflight_requests, events=_events(deps, record.id)
+    )
 
 
 def _explanation(exp: Explanation, block_size: int) -> RouteExplanation:

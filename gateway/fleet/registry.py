@@ -41,6 +41,8 @@ class WorkerRecord:
     max_running: int = 0
     # requests this gateway saw finish on the worker since its last /load probe (reset by the probe)
     finished_since_probe: int = 0
+    # requests routed to the worker so far (its KV-event feed is quiet only if requests went there unseen)
+    routed_total: int = 0
     # what the gateway knows of the engine behind the URL (``gateway.engines``): kind, signals, cache facts
     facts: EngineFacts = field(default_factory=EngineFacts)
     # the engine as configured (``engine=``); ``auto``: ``facts.kind`` is detected

@@ -23,10 +23,14 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from gateway.kvindex.adapters.discovery import EventSource
+from gateway.kvindex.adapters.feed_status import DEFAULT_QUIET_AFTER_S
+from gateway.kvindex.adapters.feeds import EngineFeedConfig, EngineFeeds
+from gateway.kvindex.adapters.trtllm_http import DrainError
 from gateway.kvindex.approximate import ApproximateIndexConfig, ApproximateKVIndex
 from gateway.kvindex.consumers import (
     AliasMap,
@@ -63,6 +67,9 @@ class KVServiceConfig:
         relay_lease_s: lease of a replica on relaying one worker's events to Redis.
         stream_maxlen: approximate cap of the Redis stream.
         degraded_warn_interval_s: at most one "Redis unreachable" warning per interval.
+        feed_quiet_after_s: a foreign engine's event source without a batch for this long (after requests
+            were routed to its worker, when the service is given ``activity``) is quiet (its
+            worker's blocks are no longer trusted; see ``KVService.feed_trusted``).
     """
 
     index: MemoryIndexConfig = field(default_factory=MemoryIndexConfig)
@@ -72,13 +79,16 @@ class KVServiceConfig:
     relay_lease_s: float = 5.0
     stream_maxlen: int = 100_000
     degraded_warn_interval_s: float = 30.0
+    feed_quiet_after_s: float = DEFAULT_QUIET_AFTER_S
 
 
 class KVService:
     """The index plus the worker feeds that keep it current; built by ``open_kv_service``.
 
-    ``add_worker``/``remove_worker`` are synchronous: they start or stop background tasks owned by the
-    service's task group. ``index`` lookups are synchronous and in-process.
+    ``add_worker``/``add_engine_worker``/``add_trtllm_worker``/``remove_worker`` are synchronous: they
+    start or stop background tasks owned by the service's task group. ``index`` lookups are synchronous and
+    in-process. Foreign engines' feeds report their state (``feed_status``, ``feed_trusted``, and
+    ``open_kv_service``'s ``on_feed_quiet``/``on_feed_flowing`` callbacks).
     """
 
     def __init__(
@@ -89,6 +99,7 @@ class KVService:
         feed: FeedConfig,
         tasks: asyncio.TaskGroup,
         backplane: RedisBackplane | None,
+        engine_feeds: EngineFeeds | None = None,
     ) -> None:
         self.index: KVIndex = index
         self.is_approximate = isinstance(index, ApproximateKVIndex)
@@ -98,6 +109,7 @@ class KVService:
         self._tasks = tasks
         self._backplane = backplane
         self._workers: dict[str, asyncio.Task[None]] = {}
+        self._engines = engine_feeds or EngineFeeds(EngineFeedConfig(feed.block_size), clock=time.monotonic)
 
     @property
     def degraded(self) -> bool:
@@ -133,43 +145,80 @@ class KVService:
         logger.info("following KV events of worker %s at %s", worker_id, url)
 
     def add_engine_worker(
-        self, worker_id: str, endpoint: str, *, model: str, engine: str = "vllm", topic: bytes = b""
+        self,
+        worker_id: str,
+        endpoint: str,
+        *,
+        model: str,
+        engine: str = "vllm",
+        replay_endpoint: str | None = None,
+        topic: str = "",
     ) -> None:
-        """Follow a foreign engine's ZMQ KV events (vLLM or SGLang), re-hashed into kvgate's scheme.
+        """Follow a foreign engine's ZMQ KV events (vLLM, SGLang, TensorRT-LLM), re-hashed into our scheme.
 
-        Every replica subscribes itself (a ZMQ PUB serves many subscribers), so no Redis relay is involved.
-
-        Args:
-            worker_id: the gateway registry's id of the engine.
-            endpoint: the engine's ZMQ PUB address, e.g. ``tcp://10.0.0.5:5557``.
-            model: the model id the gateway hashes this engine's prompts with.
-            engine: ``vllm`` or ``sglang``.
-            topic: the engine's ZMQ topic (empty: all).
+        ``endpoint``/``replay_endpoint``: the engine's PUB and ROUTER addresses (wildcard host replaced);
+        ``model``: the root model name the gateway hashes its prompts with; ``engine``: an ``EngineKind``
+        value. Each replica subscribes itself. Block sizes come with the events (re-chunked to ours).
 
         Raises:
-            ValueError: unknown ``engine``.
+            ValueError: ``engine`` publishes no ZMQ events.
         """
-        from gateway.kvindex.adapters.sglang import decode_sglang_batch
-        from gateway.kvindex.adapters.vllm import EngineEventTranslator, TranslatorConfig, decode_batch
-        from gateway.kvindex.adapters.zmq_feed import run_zmq_feed
+        self.add_event_sources(
+            worker_id, [EventSource(endpoint, replay_endpoint, topic)], model=model, engine=engine
+        )
 
-        decoders = {"vllm": decode_batch, "sglang": decode_sglang_batch}
-        if engine not in decoders:
-            raise ValueError(f"engine {engine!r} is not supported; use one of: {', '.join(decoders)}")
+    def add_event_sources(
+        self, worker_id: str, sources: Sequence[EventSource], *, model: str, engine: str = "vllm"
+    ) -> None:
+        """Follow all of an engine's ZMQ publishers (one per DP rank, from ``discover_event_sources``).
+
+        Idempotent for the same id. Raises ``ValueError`` as ``add_engine_worker`` (or with no source).
+        """
         if worker_id in self._workers:
             return
-        translator = EngineEventTranslator(TranslatorConfig(worker_id, model, self._feed.block_size))
-        coro = run_zmq_feed(
-            endpoint=endpoint,
-            decode=decoders[engine],
-            translator=translator,
-            sink=self._apply_local,
-            topic=topic,
-        )
+        coro = self._engines.zmq(worker_id, sources, model=model, engine=str(engine), sink=self.apply_local)
         self._workers[worker_id] = self._tasks.create_task(coro, name=f"kv-zmq-{worker_id}")
-        logger.info("following %s KV events of worker %s at %s", engine, worker_id, endpoint)
+        logger.info(
+            "following %s KV events of worker %s at %s",
+            engine,
+            worker_id,
+            ", ".join(s.endpoint for s in sources),
+        )
 
-    def _apply_local(self, events: Sequence[KVEvent]) -> None:
+    def add_trtllm_worker(
+        self, worker_id: str, url: str, model: str, *, block_size: int | None = None
+    ) -> None:
+        """Follow a TensorRT-LLM worker's KV events by polling its HTTP drain ``POST /kv_cache_events``.
+
+        The drain is destructive: only one gateway process may poll a worker. ``block_size``: the
+        engine's ``tokens_per_block`` when known (else learned from the events).
+        """
+        if worker_id in self._workers:
+            return
+        coro = self._engines.trtllm(
+            worker_id, url, model=model, post=self._drain_post, sink=self.apply_local, block_size=block_size
+        )
+        self._workers[worker_id] = self._tasks.create_task(coro, name=f"kv-trtllm-{worker_id}")
+        logger.info("polling TensorRT-LLM KV events of worker %s at %s", worker_id, url)
+
+    async def _drain_post(self, url: str) -> Any:
+        try:
+            response = await self._client.post(url)
+            response.raise_for_status()
+            return response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise DrainError(str(exc) or type(exc).__name__) from exc
+
+    def feed_status(self, worker_id: str) -> dict[str, Any] | None:
+        """The engine feed status for ``/admin/workers`` (``WorkerFeeds.as_dict``); None without one."""
+        return self._engines.status(worker_id)
+
+    def feed_trusted(self, worker_id: str) -> bool:
+        """False while the worker's engine feed is quiet or stopped: route as if its blocks were unknown."""
+        return self._engines.trusted(worker_id)
+
+    def apply_local(self, events: Sequence[KVEvent]) -> None:
+        """Apply events already carrying registry ids (a foreign engine's feed) to the index."""
         for event in events:
             self.index.apply(event)
 
@@ -178,6 +227,7 @@ class KVService:
         task = self._workers.pop(worker_id, None)
         if task is not None:
             task.cancel()
+        self._engines.remove(worker_id)
         self.aliases.forget(worker_id)
         self.index.remove_worker(worker_id)
 
@@ -226,6 +276,9 @@ async def open_kv_service(
     clock: Callable[[], float] = time.monotonic,
     config: KVServiceConfig | None = None,
     on_evict: Callable[[int], None] | None = None,
+    on_feed_quiet: Callable[[str], None] | None = None,
+    on_feed_flowing: Callable[[str], None] | None = None,
+    activity: Callable[[str], int] | None = None,
 ) -> AsyncIterator[KVService]:
     """Run the KV service for the lifetime of the context.
 
@@ -239,6 +292,11 @@ async def open_kv_service(
         clock: monotonic seconds (prediction TTLs, approximate TTLs, warning intervals).
         config: tuning; defaults when omitted.
         on_evict: metric hook called with the number of blocks the memory budget evicted.
+        on_feed_quiet: called with a worker id when its foreign engine's event feed turns quiet (its blocks
+            are no longer trusted: route it as if they were unknown).
+        on_feed_flowing: called with a worker id when that feed flows (again).
+        activity: requests routed to a worker so far, by id: a feed turns quiet only when requests went
+            there and no events followed (an idle engine publishes nothing). None: silence alone.
 
     Raises:
         ValueError: the state URL is neither ``memory`` nor ``redis://``/``rediss://``/``unix://``.
@@ -256,7 +314,16 @@ async def open_kv_service(
             redis = await owned.enter_async_context(open_redis(state_url))
         async with asyncio.TaskGroup() as tasks:
             backplane = None
-            service = KVService(index=index, client=client, feed=feed, tasks=tasks, backplane=None)
+            engines = EngineFeeds(
+                EngineFeedConfig(
+                    block_size=block_size, quiet_after_s=cfg.feed_quiet_after_s,
+                    backoff_initial_s=cfg.backoff_initial_s, backoff_max_s=cfg.backoff_max_s,
+                ),
+                clock=clock, on_quiet=on_feed_quiet, on_flowing=on_feed_flowing, activity=activity,
+            )  # fmt: skip
+            service = KVService(
+                index=index, client=client, feed=feed, tasks=tasks, backplane=None, engine_feeds=engines
+            )
             if redis is not None:
                 from gateway.kvindex.relay import RedisBackplane
 

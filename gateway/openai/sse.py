@@ -1,17 +1,28 @@
-"""SSE on bytes: the frames the gateway writes itself and the one thing it reads from a relayed stream.
+"""SSE on bytes: the frames the gateway writes itself and the little it reads from a relayed stream.
 
-The relay copies the worker's bytes; it only looks for the final usage chunk (to learn cached tokens) and
-writes an OpenAI-style error event when the upstream stream breaks.
+The relay copies the worker's bytes; it only looks for the final usage chunk (to learn cached tokens), for
+``data: [DONE]`` (a stream that ends without it failed, on most engines) and writes an OpenAI-style error
+event when the upstream stream breaks. ``UsageChunkFilter`` drops the usage chunk from a stream whose client
+did not ask for it (the gateway asked the engine on its own behalf).
+
+Every reader here takes the shapes engines really send: ``data:{json}`` without the space, ``data: {json} ``
+with a trailing one (TensorRT-LLM's first chunk), ``\\r\\n`` line endings, ``: keep-alive`` comment events,
+``"id": ""`` (TGI) and chunks without ``object`` / ``created`` (DeepSpeed-MII): none of those fields is read.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import re
+from typing import Any, Final
 
 import orjson
 
 DONE_FRAME: Final = b"data: [DONE]\n\n"
-_USAGE_MARK: Final = b'"usage":{'
+_DONE: Final = b"[DONE]"
+_USAGE_KEY: Final = b'"usage"'
+_EMPTY_LIST: Final = b"[]"
+#: the blank line that ends an SSE event, whatever the line endings (``\n\n``, ``\r\n\r\n``, mixed)
+_EVENT_END: Final = re.compile(rb"\r?\n\r?\n")
 
 
 def error_frames(message: str, code: str, error_type: str = "upstream_error") -> bytes:
@@ -21,21 +32,22 @@ def error_frames(message: str, code: str, error_type: str = "upstream_error") ->
 
 
 def ends_stream(chunk: bytes) -> bool:
-    """Whether a relayed chunk ends with the ``[DONE]`` frame."""
-    return chunk.rstrip().endswith(b"[DONE]")
+    """Whether a relayed chunk ends with the ``[DONE]`` frame (``data: [DONE]``, ``data:[DONE]``, any
+    trailing whitespace or line endings)."""
+    end = chunk.rstrip()
+    return end.endswith(_DONE) and end[:-6].rstrip(b" ").endswith(b"data:")
 
 
 def cached_tokens_in(chunk: bytes) -> int | None:
-    """``usage.prompt_tokens_details.cached_tokens`` from a chunk holding the usage frame, else None."""
-    if _USAGE_MARK not in chunk.replace(b'"usage": {', _USAGE_MARK):
+    """``usage.prompt_tokens_details.cached_tokens`` from the first data line of ``chunk`` that reports it,
+    else None (a line split across reads is not seen; ``UsageChunkFilter`` reads whole events)."""
+    if _USAGE_KEY not in chunk or not _has_usage(chunk):
         return None
     for line in chunk.split(b"\n"):
-        if line.startswith(b"data:") and b'"usage"' in line:
-            try:
-                data = orjson.loads(line[5:])
-            except orjson.JSONDecodeError:
-                return None
-            return cached_tokens_of(data)
+        if line.startswith(b"data:") and _has_usage(line):
+            cached = cached_tokens_of(_loads(line[5:]))
+            if cached is not None:
+                return cached
     return None
 
 
@@ -47,3 +59,88 @@ def cached_tokens_of(data: object) -> int | None:
     details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return cached if isinstance(cached, int) else None
+
+
+def _has_usage(data: bytes) -> bool:
+    """An object under ``usage`` (not the ``"usage": null`` some engines put on every chunk)."""
+    return b'"usage":{' in data or b'"usage": {' in data
+
+
+def _loads(payload: bytes) -> Any:
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _ends_event(data: bytes) -> bool:
+    return data.endswith((b"\n\n", b"\n\r\n"))
+
+
+def _last_event_end(data: bytes) -> int:
+    """The offset just past the last blank line in ``data`` (0 when there is none)."""
+    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\n\r\n")
+    return max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
+
+
+def usage_chunk_of(event: bytes) -> dict[str, Any] | None:
+    """The parsed chunk when ``event`` (one SSE event) is a stream's usage chunk: ``"choices": []`` and an
+    object ``usage``; else None."""
+    if not _has_usage(event) or (b'"choices":[]' not in event and b'"choices": []' not in event):
+        return None
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            data = _loads(line[5:])
+            if isinstance(data, dict) and data.get("choices") == [] and isinstance(data.get("usage"), dict):
+                return data
+    return None
+
+
+class UsageChunkFilter:
+    """Removes the usage chunk from a relayed stream and keeps its ``cached_tokens``.
+
+    ``feed`` returns the bytes to pass on now: everything that arrived, except the usage event and the
+    unfinished event at the end of a read (held until the read that completes it: no complete event waits).
+    A read that ends on an event boundary without ``[]`` in it (every content chunk) passes through as the
+    same bytes object after one suffix check and one scan; only an event with an empty list and a ``usage``
+    object is parsed. ``flush`` returns what is held at the stream's end.
+    """
+
+    __slots__ = ("_held", "cached_tokens", "seen")
+
+    def __init__(self) -> None:
+        self._held = b""
+        self.cached_tokens: int | None = None
+        self.seen = False  # a usage chunk was dropped
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._held + chunk if self._held else chunk
+        self._held = b""
+        if not _ends_event(data):
+            cut = _last_event_end(data)
+            data, self._held = data[:cut], data[cut:]
+        if _EMPTY_LIST not in data:
+            return data
+        return self._without_usage(data)
+
+    def flush(self) -> bytes:
+        held, self._held = self._held, b""
+        return self._without_usage(held) if held else b""
+
+    def _without_usage(self, data: bytes) -> bytes:
+        kept: list[bytes] = []
+        start = 0
+        for match in _EVENT_END.finditer(data):
+            self._keep(data[start : match.end()], kept)
+            start = match.end()
+        if start < len(data):
+            self._keep(data[start:], kept)
+        return b"".join(kept)
+
+    def _keep(self, event: bytes, kept: list[bytes]) -> None:
+        usage = usage_chunk_of(event)
+        if usage is None:
+            kept.append(event)
+        else:
+            self.seen = True
+            self.cached_tokens = cached_tokens_of(usage)

@@ -3,21 +3,25 @@
 Each attempt holds the worker's in-flight accounting (a ``Hold``) until the worker has answered in full, and
 at the latest until the attempt ends (``try/finally``), so a retried, failed, finished or cancelled request
 always releases it. The hold ends before the client gets the answer's last bytes, so a client's next request
-never sees its own finished request as the worker's load. Non-streaming answers are read whole
+never sees its own finished request as the worker's load. Each attempt's body is shaped for its worker's
+engine (``proxy.shaping``: the client's own bytes for kvgate's workers). Non-streaming answers are read whole
 and passed on; streaming ones go through ``proxy.stream.StreamRelay``. Either way a client that leaves
-cancels the attempt, which closes the upstream connection (``proxy.disconnect``).
+cancels the attempt, which closes the upstream connection (``proxy.disconnect``). A response that reports
+cached tokens teaches the worker's ``EngineFacts`` that its engine reuses prefixes (``note_cached_tokens``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
 
 import orjson
 
+from gateway.engines.affinity import note_cached_tokens
 from gateway.errors import NoHealthyWorker, UpstreamError, UpstreamSaturated, WorkerTimeout, WorkerUnavailable
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
@@ -26,6 +30,7 @@ from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure, Shed, backoff_s, shed_from
 from gateway.proxy.passthrough import upstream_headers
 from gateway.proxy.responses import proxied_headers, send_whole
+from gateway.proxy.shaping import shape
 from gateway.proxy.shed import ShedLog
 from gateway.proxy.stream import CLIENT_GONE, Result, StreamRelay
 from gateway.routing.hold import Hold
@@ -39,6 +44,7 @@ from kvgate_core.tokenize.request_prompt import Endpoint
 from kvgate_core.tracing import upstream_span
 from policies.api import RouteRequest
 
+logger = logging.getLogger(__name__)
 _PATHS = {Endpoint.CHAT: b"/v1/chat/completions", Endpoint.COMPLETIONS: b"/v1/completions"}
 _PD_DECODE_HEADER = f"{PD_HEADER}: decode\r\n".encode()
 
@@ -148,8 +154,10 @@ class Proxy:
             target = self._targets[routed.record.url] = Target.parse(routed.record.url)
         extra = _PD_DECODE_HEADER if routed.prefill is not None else b""
         extra += upstream_headers(routed.request.headers)
-        request = target.post_request(_PATHS[parsed.endpoint], raw, extra)
         want_usage = self._router.wants_outcomes
+        shaped = shape(parsed, raw, routed.record.facts, want_usage=want_usage)
+        body = raw if shaped is None else shaped.body
+        request = target.post_request(_PATHS[parsed.endpoint], body, extra)
         route = parsed.endpoint.value
         cap = self._limits.cap(routed.record.max_running)
         # held while waiting for a connection too: the policy sees the waiting requests as load
@@ -167,6 +175,7 @@ class Proxy:
                     want_usage=want_usage,
                     on_answered=hold.end,
                     cap=cap,
+                    shaped=shaped,
                 )
             else:
                 forwarded = await cancel_on_disconnect(
@@ -182,6 +191,8 @@ class Proxy:
             self._metrics.request(route, result.status, worker, latency_s)
             if result.ttfb_s is not None:
                 self._metrics.ttfb(route, result.ttfb_s)
+            if result.cached_tokens and note_cached_tokens(routed.record.facts, result.cached_tokens):
+                logger.info("worker reuses prefixes (it reported cached tokens)", extra={"worker": worker})
             self._router.finished(
                 routed, ok=result.ok, cached_tokens=result.cached_tokens, latency_s=latency_s
             )

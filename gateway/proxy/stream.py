@@ -2,8 +2,14 @@
 
 The response starts only once the worker's first body chunk arrived, so failures up to then can still be
 retried elsewhere. After that, an idle timeout bounds each gap; a broken or stalled upstream ends the
-client's stream with an OpenAI-style error event and ``[DONE]``. A client disconnect (seen by a watcher
-task on ``receive``) cancels the relay, which closes the upstream connection so the worker stops.
+client's stream with an OpenAI-style error event and ``[DONE]``, and so does an upstream end without
+``data: [DONE]`` (TensorRT-LLM drops the connection that way), except on engines that may omit it (MII:
+the client gets a ``[DONE]``). A client disconnect (seen by a watcher task on ``receive``) cancels the relay,
+which closes the upstream connection so the worker stops.
+
+Where the gateway asked the engine for ``include_usage`` on its own behalf (``proxy.shaping``), the reads
+pass through ``UsageChunkFilter``: the usage chunk is dropped and its cached tokens kept; every other byte
+goes on as it arrived, as soon as the event it belongs to is complete.
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.errors import WorkerTimeout, WorkerUnavailable
-from gateway.openai.sse import cached_tokens_in, ends_stream, error_frames
+from gateway.openai.sse import DONE_FRAME, UsageChunkFilter, cached_tokens_in, ends_stream, error_frames
 from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure, shed_from
 from gateway.proxy.responses import SSE_TYPE, proxied_headers, send_whole
+from gateway.proxy.shaping import Shaped
 from gateway.routing.router import Routed
 from gateway.settings import Timeouts
 from kvgate_core.asgi import Receive, Send
@@ -25,6 +32,7 @@ from kvgate_core.h1 import H1Connection, H1Pool, PoolSaturatedError, Target
 
 logger = logging.getLogger(__name__)
 CLIENT_GONE = 499
+_AS_SENT = Shaped(b"")  # the relay never reads ``body``; only the stream handling flags
 
 
 class OnAnswered(Protocol):
@@ -61,19 +69,20 @@ class StreamRelay:
         want_usage: bool,
         on_answered: OnAnswered,
         cap: int | None = None,
+        shaped: Shaped | None = None,
     ) -> Result:
         """Relay a stream; on client disconnect cancel it and report status 499.
 
         ``on_answered(answered=True)`` is called once the worker has sent the stream's end, before the
-        client gets it. ``cap``: the worker's upstream connection cap (default: the pool's).
+        client gets it. ``cap``: the worker's upstream connection cap (default: the pool's). ``shaped``: how
+        the request was shaped for this worker's engine (``proxy.shaping``; None: sent as the client did).
 
         Raises:
             RetryableFailure: the worker failed before the first byte (nothing was sent).
             Shed: the worker had no upstream connection to give (nothing was sent).
         """
-        result = await cancel_on_disconnect(
-            self._relay(routed, target, request, send, want_usage, on_answered, cap), receive
-        )
+        work = self._relay(routed, target, request, send, want_usage, on_answered, cap, shaped or _AS_SENT)
+        result = await cancel_on_disconnect(work, receive)
         if result is None:
             logger.debug("client disconnected mid-stream", extra={"worker": routed.record.id})
             return Result(CLIENT_GONE, ok=False)
@@ -88,6 +97,7 @@ class StreamRelay:
         want_usage: bool,
         on_answered: OnAnswered,
         cap: int | None,
+        shaped: Shaped,
     ) -> Result:
         loop = asyncio.get_running_loop()
         worker = routed.record.id
@@ -107,20 +117,16 @@ class StreamRelay:
                 headers = proxied_headers(SSE_TYPE, worker, routed.prefix_hit_tokens, None, routed.prefill_id)
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
                 started = True
-                cached: int | None = None
-                ended = False
-                chunk = first
-                while chunk:
-                    if want_usage and cached is None:
-                        cached = cached_tokens_in(chunk)
-                    ended = ends_stream(chunk)
-                    if ended:
-                        on_answered(answered=True)
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    deadline.reschedule(loop.time() + self._timeouts.idle_s)
-                    chunk = await conn.read_chunk()
-            if ended:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                if shaped.strip_usage_chunk:
+                    ended, cached = await self._copy_without_usage(conn, first, send, deadline, on_answered)
+                else:
+                    ended, cached = await self._copy(conn, first, send, deadline, on_answered, want_usage)
+            if ended or shaped.eof_ends_stream:
+                if not ended:  # an engine that may end without [DONE] (MII): the client gets one
+                    on_answered(answered=True)
+                await send(
+                    {"type": "http.response.body", "body": b"" if ended else DONE_FRAME, "more_body": False}
+                )
                 return Result(200, ok=True, cached_tokens=cached, ttfb_s=ttfb_s)
             return await self._broken(
                 routed, send, "worker closed the stream before [DONE]", "worker_unavailable"
@@ -130,6 +136,63 @@ class StreamRelay:
         finally:
             if conn is not None:
                 self._pool.release(target, conn)
+
+    async def _copy(
+        self,
+        conn: H1Connection,
+        chunk: bytes,
+        send: Send,
+        deadline: asyncio.Timeout,
+        on_answered: OnAnswered,
+        want_usage: bool,
+    ) -> tuple[bool, int | None]:
+        """Pass every read on as it is; whether ``[DONE]`` ended it, and the cached tokens seen."""
+        loop = asyncio.get_running_loop()
+        idle_s = self._timeouts.idle_s
+        cached: int | None = None
+        ended = False
+        before = last = b""
+        while chunk:
+            if want_usage and cached is None:
+                cached = cached_tokens_in(chunk)
+            ended = ends_stream(chunk)
+            if ended:
+                on_answered(answered=True)
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            deadline.reschedule(loop.time() + idle_s)
+            before, last = last, chunk
+            chunk = await conn.read_chunk()
+        if not ended and _split_done(before, last):
+            ended = True
+            on_answered(answered=True)
+        return ended, cached
+
+    async def _copy_without_usage(
+        self, conn: H1Connection, chunk: bytes, send: Send, deadline: asyncio.Timeout, on_answered: OnAnswered
+    ) -> tuple[bool, int | None]:
+        """Like ``_copy``, less the usage chunk the gateway asked for on its own behalf."""
+        loop = asyncio.get_running_loop()
+        idle_s = self._timeouts.idle_s
+        usage = UsageChunkFilter()
+        ended = False
+        before = last = b""
+        while chunk:
+            ended = ends_stream(chunk)
+            if ended:
+                on_answered(answered=True)
+            out = usage.feed(chunk)
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+            deadline.reschedule(loop.time() + idle_s)
+            before, last = last, chunk
+            chunk = await conn.read_chunk()
+        if not ended and _split_done(before, last):
+            ended = True
+            on_answered(answered=True)
+        held = usage.flush()
+        if held:
+            await send({"type": "http.response.body", "body": held, "more_body": True})
+        return ended, usage.cached_tokens
 
     async def _failed(self, routed: Routed, send: Send, exc: OSError, *, started: bool) -> Result:
         """Before the first byte: retry or shed elsewhere; after it: end the client's stream with an error."""
@@ -164,3 +227,8 @@ class StreamRelay:
         frames = error_frames(f"{message} (worker {routed.record.id})", code)
         await send({"type": "http.response.body", "body": frames, "more_body": False})
         return Result(200, ok=False)
+
+
+def _split_done(before: bytes, last: bytes) -> bool:
+    """Whether ``[DONE]`` arrived split over the last two reads (``last`` alone did not show it)."""
+    return bool(before) and len(last) < 16 and ends_stream(before[-16:] + last)

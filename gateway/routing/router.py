@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.analyze.analyzer import PromptAnalyzer
+from gateway.engines.profiles import EngineKind
 from gateway.errors import InvalidRequest, ModelNotFound, NoHealthyWorker
 from gateway.fleet.registry import Fleet, WorkerRecord
 from gateway.kvindex.feedback import PrefixFeedback
@@ -138,9 +139,11 @@ class Router:
             if self._fleet.knows_model(req.model) or not any(r.models for r in self._fleet):
                 raise NoHealthyWorker(f"no healthy worker serves model {req.model!r}; retry later")
             raise ModelNotFound(f"the model {req.model!r} does not exist on any worker", param="model")
-        # a worker whose engine cannot reuse a prefix (``EngineFacts.no_affinity_reason``) gets no hits: the
-        # policy then places its requests by load alone
-        hits = self._lookup(req, [r.id for r in records if r.facts.no_affinity_reason is None])
+        # a worker whose engine cannot reuse a prefix (``EngineFacts.no_affinity_reason``), or whose KV-event
+        # feed went quiet (``events_trusted``), gets no hits: the policy places its requests by load alone
+        hits = self._lookup(
+            req, [r.id for r in records if r.facts.no_affinity_reason is None and r.facts.events_trusted]
+        )
         views = []
         for r in records:
             load = self._load.get(r.id)
@@ -191,12 +194,13 @@ class Router:
         record = self._fleet.get(decision.worker) if decision.worker is not None else None
         if record is None or not any(v.id == decision.worker and v.healthy for v in views):
             raise NoHealthyWorker(f"no healthy worker can serve model {req.model!r} now; retry later")
+        record.routed_total += 1
         if self._observer is not None:
             self._observer.on_routed(req, decision)
         if self._recorder is not None and req.block_hashes and record.facts.no_affinity_reason is None:
             self._recorder.record_routed(record.id, req.block_hashes)
         hit_blocks = next(v.gpu_hit_blocks for v in views if v.id == decision.worker)
-        hit_tokens = self._cached_tokens(req, hit_blocks)
+        hit_tokens = self._cached_tokens(req, hit_blocks, record)
         placement = self._placement(req, views, record.id)
         self._load.add_routed(record.id, req.num_prompt_tokens + (req.max_tokens or 0), hit_tokens, placement)
         best_tokens = self._cached_tokens(req, max(v.gpu_hit_blocks for v in views))
@@ -204,7 +208,8 @@ class Router:
         if prefill is not None and (not prefill.available or prefill.id == record.id):
             prefill = None  # PD degrades to decode-only, never fails the request
         if prefill is not None:
-            hit = self._cached_tokens(req, next((v.gpu_hit_blocks for v in views if v.id == prefill.id), 0))
+            hit_blocks = next((v.gpu_hit_blocks for v in views if v.id == prefill.id), 0)
+            hit = self._cached_tokens(req, hit_blocks, prefill)
             how = self._placement(req, views, prefill.id)  # the prefill worker holds the prompt's KV next
             self._load.add_routed(prefill.id, req.num_prompt_tokens, hit, how)
         return Routed(
@@ -219,9 +224,21 @@ class Router:
             return Placement.OTHER
         return placement_of([v for v in views if v.healthy], WorkerId(worker))
 
-    def _cached_tokens(self, req: RouteRequest, hit_blocks: int) -> int:
-        """Prompt tokens covered by ``hit_blocks`` leading cached blocks (at most the whole prompt)."""
-        return min(hit_blocks * self._block_size, req.num_prompt_tokens)
+    def _cached_tokens(self, req: RouteRequest, hit_blocks: int, record: WorkerRecord | None = None) -> int:
+        """Prompt tokens covered by ``hit_blocks`` leading cached blocks (at most the whole prompt).
+
+        On a foreign engine whose block size is known, what it will report: whole engine blocks only, and
+        never the prompt's last token (vLLM, SGLang and TensorRT-LLM always compute at least one token, so
+        a fully cached, block-aligned prompt reports one block less).
+        """
+        tokens = min(hit_blocks * self._block_size, req.num_prompt_tokens)
+        if record is None or record.facts.kind in (EngineKind.KVGATE, EngineKind.AUTO):
+            return tokens
+        engine_block = record.facts.block_size
+        if not engine_block:
+            return tokens
+        tokens = min(tokens, req.num_prompt_tokens - 1)
+        return max(0, tokens // engine_block * engine_block)
 
     def explain(self, req: RouteRequest) -> Explanation:
         """The decision the policy would make now, with the snapshot; nothing is recorded."""

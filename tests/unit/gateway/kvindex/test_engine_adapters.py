@@ -63,7 +63,7 @@ def test_lora_name_is_folded_into_the_root() -> None:
     "event",
     [
         stored_array([7], 12345, tokens(1)),  # parent never seen
-        ["BlockStored", [7], None, tokens(1), 32, None, "GPU"],  # another block size
+        ["BlockStored", [7], None, tokens(1), 32, None, "GPU"],  # 32-token blocks, 16 tokens
         stored_array([7], None, tokens(1), medium="CPU"),  # engine-local offload medium
         ["BlockStored", [7, 8], None, tokens(1), BLOCK, None, "GPU"],  # token count disagrees
     ],
@@ -91,9 +91,16 @@ def test_sglang_positional_layout_has_no_medium() -> None:
 
 @pytest.mark.parametrize(
     "payload",
-    [b"\xc1", msgpack.packb({"ts": 1.0}), msgpack.packb([1.0, [["Nope"]]]), msgpack.packb([1.0, [42]])],
-    ids=["not-msgpack", "no-events", "unknown-tag", "not-an-event"],
+    [b"\xc1", msgpack.packb({"ts": 1.0}), msgpack.packb([1.0, [42]])],
+    ids=["not-msgpack", "no-events", "not-an-event"],
 )
 def test_malformed_batches_raise_decode_errors(payload: bytes) -> None:
     with pytest.raises(EventDecodeError):
         decode_batch(payload)
+
+
+def test_unknown_event_tags_are_skipped_and_counted_not_fatal() -> None:
+    t = translator()
+    batch = msgpack.packb([1.0, [["Nope"], stored_array([1], None, tokens(1))]])
+    assert [e.type for e in t.translate(decode_batch(batch))] == [EventType.STORED]
+    assert t.skipped == {"unknown event type 'Nope'": 1}

@@ -300,3 +300,28 @@ def test_a_worker_whose_engine_cannot_reuse_a_prefix_gets_no_hits_and_no_recorde
     routed = router.route(router.prepare(_parsed(), {}))
     assert routed.record.id == "w0"
     assert ("w0", (11, 22)) in index.recorded and ("w1", (11, 22)) in index.recorded
+
+
+@pytest.mark.parametrize(
+    ("kind", "engine_block", "hit_blocks", "prompt", "expected"),
+    [
+        ("kvgate", None, 3, 40, 40),  # our own workers: the whole (capped) hit
+        ("vllm", None, 2, 40, 32),  # engine block unknown: the gateway's blocks
+        ("vllm", 32, 2, 40, 32),  # whole engine blocks only
+        ("vllm", 32, 1, 40, 0),  # half an engine block is nothing to the engine
+        ("vllm", 32, 4, 64, 32),  # fully cached and block-aligned: the last token is computed again
+        ("sglang", 1, 4, 64, 63),
+    ],
+)
+def test_a_foreign_engines_predicted_hit_is_what_it_will_report(
+    kind: str, engine_block: int | None, hit_blocks: int, prompt: int, expected: int
+) -> None:
+    from gateway.engines.profiles import EngineKind
+
+    fleet = _fleet("m")
+    record = fleet.get("w0")
+    assert record is not None
+    record.facts.kind, record.facts.block_size = EngineKind(kind), engine_block
+    router = _router(FakePolicy(), fleet, FakeAnalyzer(), FakeIndex())
+    req = RouteRequest(model="m", num_prompt_tokens=prompt, block_hashes=tuple(range(hit_blocks)))
+    assert router._cached_tokens(req, hit_blocks, record) == expected
