@@ -282,6 +282,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
             fleet, probes, state.load, interval_s=settings.health_interval_s,
             on_removed=kv.remove_worker if kv is not None else lambda _id: None,
             on_detected=follower.on_detected if follower is not None else lambda _record: None,
+            read_load=settings.engine_load,
         )  # fmt: skip
         try:
             pools = build_balancer(

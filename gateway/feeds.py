@@ -7,9 +7,9 @@ The health loop detects each worker's engine (``gateway.engines.detect``) and ha
 * a ZMQ publisher named in the worker URL (``#events=tcp://…``): followed as the engine's format (vLLM,
   SGLang or TensorRT-LLM);
 * vLLM: the publishers it lists at ``GET /kv_event_sources`` (wildcard hosts replaced by the worker's);
+  SGLang: the publisher its ``GET /server_info`` names (``kv_events_config``);
 * TensorRT-LLM: its HTTP drain ``POST /kv_cache_events`` (one gateway process may poll it);
-* anything else (TGI, LMDeploy, MII, SGLang without ``#events=``, generic OpenAI servers): no feed; the
-  log says what the engine would need.
+* anything else (TGI, LMDeploy, MII, generic OpenAI servers): no feed; placement is learned from routing.
 
 Feeds hash the engine's tokens under the model name the gateway hashes requests with: ``#model=`` when
 given, else the engine's served model. A feed that goes quiet while requests went to its worker marks the
@@ -28,7 +28,7 @@ from gateway.engines.probe import Get
 from gateway.engines.profiles import EngineKind
 from gateway.fleet.registry import Fleet, WorkerRecord
 from gateway.fleet.signals import adopt_detection
-from gateway.kvindex.adapters.discovery import EventSource, discover_event_sources
+from gateway.kvindex.adapters.discovery import EventSource, discover_event_sources, discover_sglang_sources
 from gateway.settings import WorkerSpec
 
 logger = logging.getLogger(__name__)
@@ -105,37 +105,41 @@ class EventFollower:
             elif explicit is not None:
                 engine = facts.kind if facts.kind in _ZMQ_ENGINES else EngineKind.VLLM
                 self._kv.add_engine_worker(record.id, explicit, model=model, engine=str(engine))
-            elif facts.kind is EngineKind.VLLM:
-                await self._follow_vllm(record, model)
+            elif facts.kind in (EngineKind.VLLM, EngineKind.SGLANG):
+                await self._follow_discovered(record, model)
             elif facts.kind is EngineKind.TRTLLM:
                 self._kv.add_trtllm_worker(record.id, record.url, model, block_size=facts.block_size)
             else:
                 logger.info(
-                    "worker %s (%s) publishes no KV events the gateway can read%s: its placement is learned "
-                    "from routing", record.id, facts.kind, _hint(facts.kind),
+                    "worker %s (%s) publishes no KV events the gateway can read: its placement is learned "
+                    "from routing", record.id, facts.kind,
                 )  # fmt: skip
         except ValueError as exc:
             logger.warning("worker %s: KV events not followed: %s", record.id, exc)
 
-    async def _follow_vllm(self, record: WorkerRecord, model: str) -> None:
+    async def _follow_discovered(self, record: WorkerRecord, model: str) -> None:
+        """vLLM lists its publishers at ``/kv_event_sources``; SGLang names its one in ``/server_info``."""
+        kind = record.facts.kind
+        discover = discover_event_sources if kind is EngineKind.VLLM else discover_sglang_sources
         try:
             async with asyncio.timeout(_DISCOVERY_TIMEOUT_S):
-                sources = await discover_event_sources(self._get, record.url)
+                sources = await discover(self._get, record.url)
         except (OSError, TimeoutError) as exc:
             logger.warning(
-                "worker %s: GET /kv_event_sources failed (%r); retried at its next detection", record.id, exc
+                "worker %s: KV event discovery failed (%r); retried at its next detection", record.id, exc
             )
             return
         if not sources:
             logger.warning(
-                "worker %s (vLLM) publishes no KV events: start it with --kv-events-config "
-                '\'{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557"}\' '
-                "(a wildcard host: given a host, vLLM connects instead of binding) for precise routing",
-                record.id,
-            )
+                "worker %s (%s) publishes no KV events: start it with --kv-events-config "
+                "'{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", "
+                "\"endpoint\": \"tcp://*:5557\"}' (a wildcard host: given a host, vLLM connects instead "
+                "of binding) for precise routing",
+                record.id, kind,
+            )  # fmt: skip
             return
         record.facts.event_endpoints = tuple(s.endpoint for s in sources)
-        self._kv.add_event_sources(record.id, sources, model=model, engine=str(EngineKind.VLLM))
+        self._kv.add_event_sources(record.id, sources, model=model, engine=str(kind))
 
     async def aclose(self) -> None:
         for task in list(self._tasks):
@@ -183,9 +187,3 @@ class FeedHooks:
 
 def _first(models: frozenset[str]) -> str | None:
     return min(models) if models else None
-
-
-def _hint(kind: EngineKind) -> str:
-    if kind is EngineKind.SGLANG:
-        return " (SGLang: give the worker URL #events=tcp://HOST:PORT of its --kv-events-config publisher)"
-    return ""

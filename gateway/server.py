@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
     parser.add_argument(
         "--worker", action="append", default=[],
-        help="worker base URL, repeatable; URL#role=prefill|decode|both[&id=NAME]",
+        help="worker base URL, repeatable; URL[#role=prefill|decode|both&id=NAME&engine=auto|vllm|sglang|"
+        "trtllm|tgi|lmdeploy|mii|openai|kvgate&events=tcp://H:P&model=M&kv_tokens=N&prefix_cache=on|off]",
     )  # fmt: skip
     parser.add_argument(
         "--policy", default=DEFAULT_POLICY, help=f"routing policy name (default {DEFAULT_POLICY})"
@@ -109,6 +110,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kv-index", default="precise", choices=["precise", "approximate"],
         help="precise: workers' KV events; approximate: learn from routing (backends without events)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--engine-load", default="on", choices=["on", "off"],
+        help="on: read each engine's own load signal (running, waiting, KV usage); off: the gateway's "
+        "in-flight count only (for comparisons)",
     )  # fmt: skip
     parser.add_argument("--log-level", default="warning", help="debug | info | warning | error")
     parser.add_argument(

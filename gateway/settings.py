@@ -199,6 +199,7 @@ class Settings:
     health_interval_s: float = 1.0
     role_pools: str = "auto"  # gateway.fleet.pools: off | auto (under a PD policy) | on | key=value,…
     kv_index: str = "precise"  # precise (workers' KV events) | approximate (what was routed; no events)
+    engine_load: bool = True  # read each engine's own load signal (off: the gateway's in-flight count only)
     log_level: str = "warning"
 
 
@@ -315,6 +316,7 @@ def from_args(args: argparse.Namespace) -> Settings:
         health_interval_s=_positive("health_interval_s", args.health_interval_s),
         role_pools=_role_pools(getattr(args, "role_pools", "auto")),
         kv_index=_kv_index(getattr(args, "kv_index", "precise")),
+        engine_load=getattr(args, "engine_load", "on") == "on",
         log_level=args.log_level,
     )
 

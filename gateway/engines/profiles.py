@@ -66,7 +66,9 @@ class EngineProfile:
         default_block_size: the engine's KV block (page) size in tokens when nothing says otherwise.
         events: where its KV events come from.
         namespace_fields: request fields the engine folds into its cache namespace (hash root).
-        strict_done: a stream ending without ``data: [DONE]`` is a failure (all engines but MII send it).
+        strict_done: a stream ending without ``data: [DONE]`` is a failure (every engine here ends a good
+            stream with it: MII 0.3.3 too, ``StreamResults`` in ``mii/entrypoints/openai_api_server.py``;
+            TensorRT-LLM drops the connection on an error instead of sending an error event).
     """
 
     kind: EngineKind
@@ -112,7 +114,6 @@ PROFILES: Final[dict[EngineKind, EngineProfile]] = {
     ),
     EngineKind.MII: EngineProfile(
         EngineKind.MII, None, "none", False, "none", False, False, "never", True, "no", 128, "none",
-        strict_done=False,
     ),
     EngineKind.OPENAI: EngineProfile(
         EngineKind.OPENAI, None, "none", True, "none", True, True, "flag", False, "yes", 16, "none",

@@ -75,6 +75,7 @@ class HealthChecker:
         on_detected: called with the record after each detection that told the engine (its ``facts`` are
             filled): the place to start per-engine work such as a KV-event feed. It must not block.
         detect: the engine detection (``gateway.engines.detect.detect_engine``; a fake in tests).
+        read_load: read each engine's load signal (``--engine-load on``); off, the in-flight count stands in.
         clock: monotonic clock, injected for tests.
     """
 
@@ -89,6 +90,7 @@ class HealthChecker:
         models_interval_s: float = 30.0,
         on_detected: Callable[[WorkerRecord], None] = lambda _record: None,
         detect: Detect = detect_engine,
+        read_load: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._fleet = fleet
@@ -100,6 +102,7 @@ class HealthChecker:
         self._models_interval_s = models_interval_s
         self._on_detected = on_detected
         self._detect = detect
+        self._read_load = read_load
         self._clock = clock
         self._models_read_at: dict[str, float] = {}
         self._detected_at: dict[str, float] = {}
@@ -214,4 +217,4 @@ class HealthChecker:
             if status == 200 and isinstance(data := orjson.loads(body), dict):
                 apply_models(record, data)
                 self._models_read_at[record.id] = now
-        await scrape_load(record, get)
+        await scrape_load(record, get, enabled=self._read_load)

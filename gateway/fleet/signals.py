@@ -63,14 +63,20 @@ def _stand_in(record: WorkerRecord, note: str, *, zero: bool = False) -> None:
         record.kv_usage = 0.0
 
 
-async def scrape_load(record: WorkerRecord, get: Get) -> None:
-    """Read the worker's load signal once and apply it.
+async def scrape_load(record: WorkerRecord, get: Get, *, enabled: bool = True) -> None:
+    """Read the worker's load signal once and apply it (``enabled=False``: ``--engine-load off``, the
+    gateway's in-flight count stands in for every worker).
 
     Raises:
         OSError, TimeoutError: the GET failed (the caller marks the worker unhealthy, as for ``/health``).
     """
     facts = record.facts
     profile = facts.profile
+    if not enabled:
+        _stand_in(
+            record, "engine load signals are off (--engine-load off); in-flight count stands in", zero=True
+        )
+        return
     if facts.kind is EngineKind.AUTO:
         _stand_in(record, "engine not detected yet; the gateway's in-flight count stands in", zero=True)
         return

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+import orjson
+
 from gateway.engines.probe import Get, json_of
 
 SOURCES_PATH: Final = "/kv_event_sources"
@@ -53,6 +55,23 @@ async def discover_event_sources(get: Get, worker_url: str) -> list[EventSource]
     host = urlsplit(worker_url).hostname or "127.0.0.1"
     sources = [source for rank, entry in _entries(body) if (source := _source(rank, entry, host)) is not None]
     return sorted(sources, key=lambda s: s.dp_rank)
+
+
+async def discover_sglang_sources(get: Get, worker_url: str) -> list[EventSource]:
+    """SGLang's KV event publisher, read from ``GET /server_info``'s ``kv_events_config`` (the JSON string
+    given to ``--kv-events-config``, or a mapping); SGLang lists ``kv_event_sources`` only in gRPC mode.
+    Its ``publisher`` defaults to ``"null"``: no events unless it says ``"zmq"``."""
+    body = json_of(*await get(worker_url, "/server_info"))
+    config = body.get("kv_events_config") if isinstance(body, Mapping) else None
+    if isinstance(config, str):
+        try:
+            config = orjson.loads(config)
+        except orjson.JSONDecodeError:
+            return []
+    if not isinstance(config, Mapping) or config.get("publisher") != "zmq":
+        return []
+    source = _source(0, config, urlsplit(worker_url).hostname or "127.0.0.1")
+    return [source] if source is not None else []
 
 
 def reachable_endpoint(endpoint: str, host: str) -> str | None:

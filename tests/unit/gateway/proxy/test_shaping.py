@@ -88,7 +88,7 @@ def test_no_injection_when_nobody_reads_usage_or_without_a_stream() -> None:
 def test_mii_gets_its_served_model_name(stream: bool) -> None:
     _, _, shaped = _shape({**CHAT, "stream": stream}, EngineKind.MII, served="/models/llama")
     assert orjson.loads(shaped.body) == {**CHAT, "stream": stream, "model": "/models/llama"}
-    assert shaped.eof_ends_stream
+    assert not shaped.eof_ends_stream  # MII ends a good stream with [DONE] too
     assert not shaped.strip_usage_chunk
 
 
