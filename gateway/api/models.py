@@ -82,6 +82,8 @@ class EngineInfo(BaseModel):
     no_affinity_reason: str | None
     health: str
     parity_route: str | None
+    #: whether its responses carry ``cached_tokens`` (None: not seen yet)
+    reports_cached_tokens: bool | None = None
     #: the worker's KV-event feed (filled by the KV service; None where it keeps no feed)
     events: dict[str, Any] | None = None
 

@@ -61,3 +61,27 @@ def note_cached_tokens(facts: EngineFacts, cached_tokens: int) -> bool:
     facts.prefix_reuse = True
     update_affinity(facts)
     return True
+
+
+#: the server flag that makes an engine report ``cached_tokens`` (ENGINES.md §8)
+CACHED_TOKENS_FLAGS = {
+    EngineKind.VLLM: "--enable-prompt-tokens-details",
+    EngineKind.SGLANG: "--enable-cache-report",
+}
+
+
+def note_usage(facts: EngineFacts, cached_tokens: int | None) -> str | None:
+    """Learn whether the engine reports ``cached_tokens`` from a successful response that carried usage.
+
+    Returns:
+        a hint for the log the first time an engine that could report them (behind a server flag) is seen
+        not to: without them the predicted-vs-reported feedback and its drift alarm stay silent.
+    """
+    reported = cached_tokens is not None
+    first = facts.reports_cached_tokens is None
+    facts.reports_cached_tokens = reported
+    if reported or not first or facts.profile.cached_tokens != "flag":
+        return None
+    flag = CACHED_TOKENS_FLAGS.get(facts.kind)
+    how = f"start it with {flag}" if flag else "its server may need a flag for it"
+    return f"{facts.kind} reports no cached_tokens in usage: {how} to feed the prefix-hit drift alarm"

@@ -145,6 +145,7 @@ class EngineFacts:
             count stands in (with ``load_note`` saying why).
         load_note: where the load figures come from, or why there are none.
         no_affinity_reason: set when cache affinity cannot pay off on this worker (policies route it by load).
+        reports_cached_tokens: whether its responses carry ``cached_tokens`` (None: not seen yet).
         events_trusted: False while the worker's KV-event feed is quiet (requests went there and no events
             followed): its indexed blocks are not used for routing until events flow again.
     """
@@ -162,6 +163,7 @@ class EngineFacts:
     load_note: str = "not read yet"
     no_affinity_reason: str | None = None
     events_trusted: bool = True
+    reports_cached_tokens: bool | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
     @property

@@ -34,6 +34,7 @@ def engine_summary(facts: EngineFacts, configured: EngineKind) -> dict[str, obje
         "no_affinity_reason": facts.no_affinity_reason,
         "health": health_basis(facts),
         "parity_route": _PARITY_PATHS.get(profile.parity_route),
+        "reports_cached_tokens": facts.reports_cached_tokens,
     }
 
 

@@ -19,7 +19,9 @@ from gateway.engines.profiles import EngineFacts, EngineKind
 from gateway.fleet.registry import WorkerRecord
 
 #: facts that detection does not own: the KV service's event endpoints and its free-form notes
-_NOT_DETECTED = frozenset({"event_endpoints", "extra", "load_signal", "load_note", "events_trusted"})
+_NOT_DETECTED = frozenset(
+    {"event_endpoints", "extra", "load_signal", "load_note", "events_trusted", "reports_cached_tokens"}
+)
 
 
 def adopt_detection(record: WorkerRecord, detected: EngineFacts) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
-from gateway.engines.affinity import note_cached_tokens
+from gateway.engines.affinity import note_cached_tokens, note_usage
 from gateway.errors import NoHealthyWorker, UpstreamError, UpstreamSaturated, WorkerTimeout, WorkerUnavailable
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
@@ -193,6 +193,8 @@ class Proxy:
                 self._metrics.ttfb(route, result.ttfb_s)
             if result.cached_tokens and note_cached_tokens(routed.record.facts, result.cached_tokens):
                 logger.info("worker reuses prefixes (it reported cached tokens)", extra={"worker": worker})
+            if result.ok and want_usage and (hint := note_usage(routed.record.facts, result.cached_tokens)):
+                logger.warning("worker %s: %s", worker, hint)
             self._router.finished(
                 routed, ok=result.ok, cached_tokens=result.cached_tokens, latency_s=latency_s
             )

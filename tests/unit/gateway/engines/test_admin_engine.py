@@ -36,6 +36,7 @@ async def test_admin_workers_shows_the_detected_engine() -> None:
         "no_affinity_reason": None,
         "health": "/health",
         "parity_route": "/tokenize",
+        "reports_cached_tokens": None,
         "events": None,
     }
     assert row["queue"] == 2 and row["cached_blocks"] == 7

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from gateway.engines.affinity import affinity_reason, note_cached_tokens, prefix_reuse_now, update_affinity
+from gateway.engines.affinity import (
+    affinity_reason,
+    note_cached_tokens,
+    note_usage,
+    prefix_reuse_now,
+    update_affinity,
+)
 from gateway.engines.profiles import EngineFacts, EngineKind
 from gateway.fleet.registry import Fleet
 from gateway.settings import BreakerSettings, parse_worker
@@ -44,3 +50,21 @@ def test_the_operator_can_say_prefix_caching_is_on_or_off() -> None:
 def test_engines_with_a_prefix_cache_and_undetected_workers_keep_affinity() -> None:
     for kind in (EngineKind.AUTO, EngineKind.KVGATE, EngineKind.VLLM, EngineKind.SGLANG, EngineKind.TGI):
         assert affinity_reason(EngineFacts(kind=kind)) is None
+
+
+def test_an_engine_that_reports_no_cached_tokens_behind_a_flag_gets_one_hint() -> None:
+    vllm = EngineFacts(kind=EngineKind.VLLM)
+    hint = note_usage(vllm, None)
+    assert hint is not None and "--enable-prompt-tokens-details" in hint
+    assert note_usage(vllm, None) is None  # once
+    assert vllm.reports_cached_tokens is False
+    assert note_usage(vllm, 0) is None and vllm.reports_cached_tokens is True
+    sglang = EngineFacts(kind=EngineKind.SGLANG)
+    assert "--enable-cache-report" in (note_usage(sglang, None) or "")
+
+
+def test_engines_that_always_or_never_report_cached_tokens_get_no_hint() -> None:
+    for kind in (EngineKind.KVGATE, EngineKind.TRTLLM, EngineKind.LMDEPLOY, EngineKind.TGI, EngineKind.MII):
+        facts = EngineFacts(kind=kind)
+        assert note_usage(facts, None) is None
+        assert facts.reports_cached_tokens is False
