@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import resource
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -174,6 +175,7 @@ def serve(
     Raises:
         ConfigError: the preflight (``gateway.deps.preflight``) found the configuration unworkable.
     """
+    check_port_free(settings.host, settings.port)
     settings, deps = asyncio.run(preflight(settings))
     config = uvicorn.Config(
         build_asgi(settings, security, reload_source, deps),
@@ -195,6 +197,21 @@ def serve(
     gc.freeze()
     server.run()
     return server.started
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail before start-up work when the address is taken (uvicorn would find out only after it).
+
+    Raises:
+        ConfigError: the address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(f"--host {host} --port {port}: cannot listen there ({exc.strerror})") from None
 
 
 def raise_open_files_limit(

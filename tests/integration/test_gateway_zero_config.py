@@ -3,6 +3,7 @@ and start-up errors as one line on stderr with exit code 2."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,22 @@ def test_loads_the_tokenizer_of_the_model_directory_the_engine_names(tmp_path: P
     finally:
         for proc in reversed(procs):
             stop_process(proc)
+
+
+def test_a_taken_port_is_one_line_and_exit_2() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            kvgate_cmd("gateway", "--port", str(port), "--worker", "http://127.0.0.1:9", "--tokenizer", "bytes"),
+            cwd=REPO, capture_output=True, timeout=60, check=False,
+        )  # fmt: skip
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert [line for line in err.splitlines() if line.strip()] == [
+        f"kvgate gateway: --host 127.0.0.1 --port {port}: cannot listen there (Address already in use)"
+    ]
 
 
 @pytest.mark.parametrize(

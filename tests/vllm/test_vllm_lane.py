@@ -263,8 +263,19 @@ def test_a_stream_with_include_usage_ends_with_vllms_usage(vllm_lane: Lane) -> N
     assert sum(1 for e in events if isinstance(e, dict) and e.get("usage")) == 1
 
 
+def _reported_count(lane: Lane) -> float:
+    """Requests whose cached_tokens the gateway read (``kvgate_prefix_reported_cached_tokens_count``)."""
+    text = httpx.get(f"{lane.gateway}/metrics", timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("kvgate_prefix_reported_cached_tokens_count")
+    )
+
+
 def test_a_stream_without_include_usage_carries_no_usage(vllm_lane: Lane) -> None:
     body = {**chat(QUESTION[0]["content"], max_tokens=32), "stream": True}
+    before = _reported_count(vllm_lane)
     _, raw = _stream(vllm_lane, body)
     assert raw.endswith(b"data: [DONE]\n\n")
     events = sse_events(raw)
@@ -272,6 +283,8 @@ def test_a_stream_without_include_usage_carries_no_usage(vllm_lane: Lane) -> Non
     chunks = [e for e in events if isinstance(e, dict)]
     assert all(e["choices"] for e in chunks), "no usage-only chunk reaches a client that did not ask"
     assert not any(e.get("usage") for e in chunks)
+    # the gateway asked vLLM for usage itself (include_usage injected) and read its cached_tokens
+    wait_until(lambda: _reported_count(vllm_lane) == before + 1, timeout_s=5)
 
 
 @dataclass
