@@ -95,6 +95,7 @@ class EngineContract:
     AFFINITY: ClassVar[bool] = True  # routing for cache affinity can pay off (no ``no_affinity_reason``)
     LOAD_SIGNAL: ClassVar[bool] = True
     INJECTS_USAGE: ClassVar[bool] = True
+    HEALTH_TRUSTED: ClassVar[bool] = True  # its /health says 503 when it is unhealthy (MII's never does)
     PARITY_PATH: ClassVar[str | None] = None
     #: tokenize routes the gateway must never probe on this engine (they do not exist, or tokenize otherwise)
     WRONG_PROBES: ClassVar[tuple[str, ...]] = ("POST /tokenize", "POST /v1/tokenize", "POST /chat_tokenize")
@@ -134,6 +135,16 @@ class EngineContract:
         assert got[-1] == "[DONE]"
         errors = [e for e in got[:-1] if "error" in e]
         assert len(errors) == 1 and errors[0]["error"].get("message")
+
+    def test_an_unhealthy_engine_is_taken_out_and_comes_back(self, fleet: EngineFleet) -> None:
+        if not self.HEALTH_TRUSTED:
+            pytest.skip(f"{self.ENGINE}'s /health never says unhealthy (see its own test class)")
+        fleet.fault(unhealthy=True)
+        try:
+            wait_until(lambda: fleet.worker()["healthy"] is False, timeout_s=10, interval_s=0.1)
+        finally:
+            fleet.fault(unhealthy=False)
+        wait_until(lambda: fleet.worker()["healthy"] is True, timeout_s=10, interval_s=0.1)
 
     def test_parity_probe_uses_the_engines_route(self, fleet: EngineFleet) -> None:
         result = httpx.post(fleet.gateway + "/admin/parity", timeout=30).json()
@@ -336,7 +347,7 @@ class TestMII(EngineContract):
     without object/created, untemplated prompt_tokens, no prefix cache."""
 
     ENGINE, MODEL, BLOCK_SIZE = "mii", "fake-org/mii-fake", 128
-    AFFINITY, LOAD_SIGNAL, INJECTS_USAGE = False, False, False
+    AFFINITY, LOAD_SIGNAL, INJECTS_USAGE, HEALTH_TRUSTED = False, False, False, False
 
     @pytest.fixture(scope="class")
     def fleet(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFleet]:

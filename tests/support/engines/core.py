@@ -54,11 +54,13 @@ class EngineConfig:
 @dataclass(slots=True)
 class Faults:
     """Injected failures: the next ``count`` generations fail after ``fail_after_tokens`` tokens;
-    ``broken``: every generation fails before its first token (the engine is broken, /health may not say)."""
+    ``broken``: every generation fails before its first token (the engine is broken, /health may not say);
+    ``unhealthy``: ``/health`` answers as the engine does when it is unhealthy (MII's never does)."""
 
     fail_after_tokens: int = 0
     count: int = 0
     broken: bool = False
+    unhealthy: bool = False
 
 
 @dataclass(frozen=True, slots=True)

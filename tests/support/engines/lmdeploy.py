@@ -135,6 +135,8 @@ def create_app(args: argparse.Namespace) -> Starlette:
         return json_response({"object": "list", "data": [card]})
 
     async def health(_: Request) -> Response:
+        if engine.faults.unhealthy:  # serve/openai/endpoints/management.py: 503 unless healthy or sleeping
+            return json_response({"status": "unhealthy", "message": "Engine is unhealthy."}, 503)
         return json_response({"status": "healthy", "message": "Engine is healthy."})
 
     async def is_sleeping(_: Request) -> Response:

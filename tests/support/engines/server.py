@@ -8,7 +8,8 @@ Test controls (not part of any engine's surface; the ``/_fake/`` prefix keeps th
 - ``GET /_fake/state``: the engine's name and version, requests counted per ``METHOD path``, the last JSON
   body of each generation route (what a gateway actually forwarded), the engine's load and cache figures;
 - ``POST /_fake/fault`` ``{"fail_after_tokens": N, "count": C, "broken": bool}``: the next C generations fail
-  after N tokens; ``broken`` makes every generation fail;
+  after N tokens; ``broken`` makes every generation fail; ``unhealthy`` makes ``/health`` answer as the
+  engine does when it is unhealthy;
 - ``POST /_fake/reset``: empty the prefix cache (KV listeners hear it) and the counters.
 """
 
@@ -139,6 +140,7 @@ def control_routes(server: FakeServer) -> list[Route]:
             faults.fail_after_tokens = int(body.get("fail_after_tokens", faults.fail_after_tokens))
             faults.count = int(body.get("count", faults.count))
             faults.broken = bool(body.get("broken", faults.broken))
+            faults.unhealthy = bool(body.get("unhealthy", faults.unhealthy))
         return json_response(dataclasses.asdict(faults))
 
     async def reset(_: Request) -> Response:

@@ -165,6 +165,8 @@ def create_app(args: argparse.Namespace) -> Starlette:
         })  # fmt: skip
 
     async def health(_: Request) -> Response:
+        if engine.faults.unhealthy:  # router/src/server.rs: 503 with the health check's error
+            return json_response({"error": "unhealthy", "error_type": "healthcheck"}, 503)
         return Response(status_code=200)
 
     async def metrics(_: Request) -> Response:

@@ -238,7 +238,7 @@ def create_app(args: argparse.Namespace) -> Starlette:
         return json_response({"object": "list", "data": [card]})
 
     async def health(_: Request) -> Response:
-        return Response(status_code=200)
+        return Response(status_code=503 if engine.faults.unhealthy else 200)
 
     async def health_generate(_: Request) -> Response:
         await engine.submit(GenRequest([104, 105], 1)).collect()
