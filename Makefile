@@ -43,6 +43,15 @@ promtool: ## install promtool when root (Debian's prometheus package, ~20 MB); i
 	  echo "promtool is missing (Debian/Ubuntu: sudo apt-get install prometheus): the alert-rule checks will skip"; \
 	fi
 
+chromium: ## install Chromium when root (Debian's package); the admin page's browser tests skip without it
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+	  || echo "chromium could not be installed: the admin page's browser tests will skip"; \
+	else \
+	  echo "chromium is missing (Debian/Ubuntu: sudo apt-get install chromium): the admin page's browser tests will skip"; \
+	fi
+
 fmt: install ## format the code
 	$(BIN)/ruff format kvgate kvgate_core gateway policies workers loadtest tests
 	$(BIN)/ruff check --fix kvgate kvgate_core gateway policies workers loadtest tests
@@ -57,10 +66,10 @@ typecheck: install ## mypy --strict
 test-unit: install redis promtool ## fast unit and conformance tests
 	$(BIN)/pytest tests/unit tests/conformance -q $(PYTEST_ARGS)
 
-test-integration: install redis ## real processes: gateway, workers, redis-server, the openai client
+test-integration: install redis chromium ## real processes: gateway, workers, redis-server, the openai client, Chromium
 	$(BIN)/pytest tests/integration -q $(PYTEST_ARGS)
 
-test: install redis promtool ## install what tests need (Redis and promtool included) and run the whole suite
+test: install redis promtool chromium ## install what tests need (Redis, promtool, Chromium) and run the whole suite
 	@$(BIN)/pytest tests -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests were collected: that is a failure" >&2; exit 1; fi; exit $$rc
 
@@ -89,4 +98,4 @@ bench: install ## gateway overhead and policy benchmarks (prints figures)
 clean: ## remove the environment and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
-.PHONY: help venv install redis promtool fmt lint typecheck test-unit test-integration test test-gpu demo bench clean
+.PHONY: help venv install redis promtool chromium fmt lint typecheck test-unit test-integration test test-gpu demo bench clean

@@ -201,6 +201,8 @@ def _open_kv(
     config = None
     if settings.kv_index == "approximate":
         config = KVServiceConfig(approximate=ApproximateIndexConfig())
+    elif settings.kv_index == "auto":
+        config = KVServiceConfig(follow_fleet=True)
     cm: AbstractAsyncContextManager[KVService] = open_kv_service(
         state_url=settings.state_url,
         redis=state.redis,
@@ -254,7 +256,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         hooks = FeedHooks(fleet)
         kv = ov.kv_service
         if kv is None and Need.PREFIX_HITS in policy.needs:
-            if settings.kv_index == "precise":
+            if settings.kv_index != "approximate":
                 await detect_fleet(fleet, probes)  # each engine's parity probe route
                 reports = await parity_reports(analyzer, parity_targets(fleet), control)
                 if refuse_precise(reports):
@@ -262,7 +264,10 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
             kv = await stack.enter_async_context(_open_kv(settings, control, ov.clock, state, hooks))
         follower = None
         if kv is not None:
-            follower = EventFollower(kv, fleet, probes, {s.id: s for s in settings.workers})
+            hooks.attach(kv)
+            follower = EventFollower(
+                kv, fleet, probes, {s.id: s for s in settings.workers}, block_size=settings.block_size
+            )
             stack.push_async_callback(follower.aclose)
         metrics.attach_fleet(fleet, state.load, (lambda: kv.degraded) if kv is not None else (lambda: False))
         if kv is not None:

@@ -29,6 +29,7 @@ from gateway.engines.profiles import EngineKind
 from gateway.fleet.registry import Fleet, WorkerRecord
 from gateway.fleet.signals import adopt_detection
 from gateway.kvindex.adapters.discovery import EventSource, discover_event_sources, discover_sglang_sources
+from gateway.kvindex.hybrid import IndexMode
 from gateway.settings import WorkerSpec
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,15 @@ class FeedRunner(Protocol):
         self, worker_id: str, url: str, model: str, *, block_size: int | None = None
     ) -> None: ...
 
+    def set_mode(self, worker_id: str, mode: IndexMode) -> bool: ...
+
+    def worker_mode(self, worker_id: str) -> IndexMode: ...
+
+    @property
+    def quiet_mode(self) -> IndexMode: ...
+
+    def set_capacity(self, worker_id: str, blocks: int) -> None: ...
+
 
 class EventFollower:
     """Starts each worker's KV-event feed once its engine is known.
@@ -70,15 +80,23 @@ class EventFollower:
         specs: the configured workers by id (an explicit ``#events=``/``#model=`` wins over discovery).
     """
 
-    def __init__(self, kv: FeedRunner, fleet: Fleet, get: Get, specs: Mapping[str, WorkerSpec]) -> None:
+    def __init__(
+        self, kv: FeedRunner, fleet: Fleet, get: Get, specs: Mapping[str, WorkerSpec], *, block_size: int = 16
+    ) -> None:
         self._kv = kv
+        self._block_size = block_size
         self._fleet = fleet
         self._get = get
         self._specs = dict(specs)
         self._tasks: set[asyncio.Task[None]] = set()
 
     def on_detected(self, record: WorkerRecord) -> None:
-        """The health loop's hook: follow the worker's events (idempotent: a followed worker is skipped)."""
+        """The health loop's hook: size the worker's assumed cache from its engine's KV capacity, and follow
+        its events (idempotent: a followed worker is skipped)."""
+        capacity = record.facts.kv_capacity_tokens
+        if capacity:
+            self._kv.set_capacity(record.id, max(1, capacity // self._block_size))
+        record.facts.index_mode = self._kv.worker_mode(record.id)
         if record.id in self._kv.workers or self._kv.is_approximate:
             return  # followed already, or the index learns placement from routing alone
         task = asyncio.get_running_loop().create_task(self.follow(record), name=f"kv-follow-{record.id}")
@@ -98,6 +116,7 @@ class EventFollower:
         try:
             if facts.kind is EngineKind.KVGATE and explicit is None:
                 self._kv.add_worker(record.id, record.url)
+                self._precise(record)
             elif model is None:
                 logger.warning(
                     "worker %s serves no model the gateway knows yet: no KV events followed", record.id
@@ -105,10 +124,12 @@ class EventFollower:
             elif explicit is not None:
                 engine = facts.kind if facts.kind in _ZMQ_ENGINES else EngineKind.VLLM
                 self._kv.add_engine_worker(record.id, explicit, model=model, engine=str(engine))
+                self._precise(record)
             elif facts.kind in (EngineKind.VLLM, EngineKind.SGLANG):
                 await self._follow_discovered(record, model)
             elif facts.kind is EngineKind.TRTLLM:
                 self._kv.add_trtllm_worker(record.id, record.url, model, block_size=facts.block_size)
+                self._precise(record)
             else:
                 logger.info(
                     "worker %s (%s) publishes no KV events the gateway can read: its placement is learned "
@@ -140,6 +161,12 @@ class EventFollower:
             return
         record.facts.event_endpoints = tuple(s.endpoint for s in sources)
         self._kv.add_event_sources(record.id, sources, model=model, engine=str(kind))
+        self._precise(record)
+
+    def _precise(self, record: WorkerRecord) -> None:
+        """A feed follows the worker now: its prefix hits come from its events."""
+        self._kv.set_mode(record.id, "precise")
+        record.facts.index_mode = self._kv.worker_mode(record.id)
 
     async def aclose(self) -> None:
         for task in list(self._tasks):
@@ -164,20 +191,34 @@ async def detect_fleet(fleet: Fleet, get: Get, *, timeout_s: float = 10.0) -> No
 
 
 class FeedHooks:
-    """The KV service's callbacks about feeds, answered from the registry."""
+    """The KV service's callbacks about feeds, answered from the registry (and, once ``attach``-ed, the
+    service: a quiet feed's worker turns approximate, or gets no hits under ``--kv-index precise``)."""
 
     def __init__(self, fleet: Fleet) -> None:
         self._fleet = fleet
+        self._kv: FeedRunner | None = None
+
+    def attach(self, kv: FeedRunner) -> None:
+        self._kv = kv
 
     def on_quiet(self, worker_id: str) -> None:
         """The KV service's callback: the worker's feed went quiet; stop trusting its blocks."""
         if (record := self._fleet.get(worker_id)) is not None:
             record.facts.events_trusted = False
+            self._switch(record, "quiet")
 
     def on_flowing(self, worker_id: str) -> None:
         """The KV service's callback: events flow (again)."""
         if (record := self._fleet.get(worker_id)) is not None:
             record.facts.events_trusted = True
+            self._switch(record, "flowing")
+
+    def _switch(self, record: WorkerRecord, state: str) -> None:
+        kv = self._kv
+        if kv is None:
+            return
+        kv.set_mode(record.id, kv.quiet_mode if state == "quiet" else "precise")
+        record.facts.index_mode = kv.worker_mode(record.id)
 
     def activity(self, worker_id: str) -> int:
         """Requests routed to the worker so far (a quiet feed is one that stays silent after some)."""

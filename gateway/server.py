@@ -109,8 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="PD role pools: auto (under a PD policy) | on | off | ratio=2,dwell_s=10,…",
     )  # fmt: skip
     parser.add_argument(
-        "--kv-index", default="precise", choices=["precise", "approximate"],
-        help="precise: workers' KV events; approximate: learn from routing (backends without events)",
+        "--kv-index", default="auto", choices=["auto", "precise", "approximate"],
+        help="auto: per worker, precise where its KV events flow and approximate (learned from routing) "
+        "where none do; precise: events for all; approximate: routing for all",
     )  # fmt: skip
     parser.add_argument(
         "--engine-load", default="on", choices=["on", "off"],

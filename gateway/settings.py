@@ -198,7 +198,8 @@ class Settings:
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     health_interval_s: float = 1.0
     role_pools: str = "auto"  # gateway.fleet.pools: off | auto (under a PD policy) | on | key=value,…
-    kv_index: str = "precise"  # precise (workers' KV events) | approximate (what was routed; no events)
+    #: auto (per worker: precise where KV events flow, approximate where none do) | precise | approximate
+    kv_index: str = "auto"
     engine_load: bool = True  # read each engine's own load signal (off: the gateway's in-flight count only)
     log_level: str = "warning"
 
@@ -315,15 +316,15 @@ def from_args(args: argparse.Namespace) -> Settings:
         ),
         health_interval_s=_positive("health_interval_s", args.health_interval_s),
         role_pools=_role_pools(getattr(args, "role_pools", "auto")),
-        kv_index=_kv_index(getattr(args, "kv_index", "precise")),
+        kv_index=_kv_index(getattr(args, "kv_index", "auto")),
         engine_load=getattr(args, "engine_load", "on") == "on",
         log_level=args.log_level,
     )
 
 
 def _kv_index(mode: str) -> str:
-    if mode not in ("precise", "approximate"):
-        raise ConfigError(f"--kv-index {mode!r} is not understood; use 'precise' or 'approximate'")
+    if mode not in ("auto", "precise", "approximate"):
+        raise ConfigError(f"--kv-index {mode!r} is not understood; use 'auto', 'precise' or 'approximate'")
     return mode
 
 

@@ -1,5 +1,5 @@
-"""``/admin/workers`` (list, register, drain), ``/admin/route`` (explain a decision, forward nothing) and
-``/admin/parity`` (the tokenizer parity self-test)."""
+"""``/admin/workers`` (list, register, drain, undrain), ``/admin/route`` (explain a decision, forward
+nothing) and ``/admin/parity`` (the tokenizer parity self-test)."""
 
 from __future__ import annotations
 
@@ -115,6 +115,15 @@ async def drain_worker(worker_id: str, deps: AppDeps) -> WorkerInfo:
     )
 
 
+async def undrain_worker(worker_id: str, deps: AppDeps) -> WorkerInfo:
+    """Cancel a drain that has not finished: the worker takes new requests again (a no-op when it is not
+    draining). A drained worker that went idle has been removed: register it again."""
+    record = deps.fleet.undrain(worker_id)
+    return _worker_info(
+        record, deps.state.load.get(record.id).inflight_requests, events=_events(deps, record.id)
+    )
+
+
 def _explanation(exp: Explanation, block_size: int) -> RouteExplanation:
     decision = exp.decision
     return RouteExplanation(
@@ -187,6 +196,13 @@ def admin_router() -> APIRouter:
         status_code=202,
         response_model=WorkerInfo,
         operation_id="drainWorker",
+    )
+    router.add_api_route(
+        "/admin/workers/{worker_id:path}/undrain",
+        undrain_worker,
+        methods=["POST"],
+        response_model=WorkerInfo,
+        operation_id="undrainWorker",
     )
     router.add_api_route(
         "/admin/route",

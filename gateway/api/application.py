@@ -27,6 +27,7 @@ from gateway.api.completion_docs import add_completion_docs
 from gateway.api.errors import http_error_handler, kvgate_error_handler, validation_error_handler
 from gateway.api.health_routes import health_router
 from gateway.api.openai_routes import CompletionEndpoint
+from gateway.api.ui_routes import ui_router
 from gateway.errors import KvgateError
 from kvgate_core.tokenize.request_prompt import Endpoint
 
@@ -88,6 +89,6 @@ def build_gateway_app(lifespan: Lifespan[Any] | None = None) -> GatewayApp:
             Exception: kvgate_error_handler,
         },
     )
-    for router in (catalog_router(), health_router(), admin_router()):
+    for router in (catalog_router(), health_router(), admin_router(), ui_router()):
         app.include_router(router)
     return app

@@ -84,6 +84,8 @@ class EngineInfo(BaseModel):
     parity_route: str | None
     #: whether its responses carry ``cached_tokens`` (None: not seen yet)
     reports_cached_tokens: bool | None = None
+    #: where its prefix hits come from: precise (its KV events), approximate (learned from routing) or none
+    index_mode: str = "none"
     #: the worker's KV-event feed (filled by the KV service; None where it keeps no feed)
     events: dict[str, Any] | None = None
 

@@ -146,6 +146,8 @@ class EngineFacts:
         load_note: where the load figures come from, or why there are none.
         no_affinity_reason: set when cache affinity cannot pay off on this worker (policies route it by load).
         reports_cached_tokens: whether its responses carry ``cached_tokens`` (None: not seen yet).
+        index_mode: where its prefix hits come from (``gateway.kvindex.hybrid``): ``precise`` (its KV
+            events), ``approximate`` (learned from routing) or ``none`` (no index follows it, or not yet).
         events_trusted: False while the worker's KV-event feed is quiet (requests went there and no events
             followed): its indexed blocks are not used for routing until events flow again.
     """
@@ -164,6 +166,7 @@ class EngineFacts:
     no_affinity_reason: str | None = None
     events_trusted: bool = True
     reports_cached_tokens: bool | None = None
+    index_mode: str = "none"
     extra: dict[str, object] = field(default_factory=dict)
 
     @property

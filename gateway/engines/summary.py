@@ -35,6 +35,7 @@ def engine_summary(facts: EngineFacts, configured: EngineKind) -> dict[str, obje
         "health": health_basis(facts),
         "parity_route": _PARITY_PATHS.get(profile.parity_route),
         "reports_cached_tokens": facts.reports_cached_tokens,
+        "index_mode": facts.index_mode,
     }
 
 

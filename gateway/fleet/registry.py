@@ -121,6 +121,24 @@ class Fleet:
         logger.info("worker draining", extra={"worker": worker_id})
         return record
 
+    def undrain(self, worker_id: str) -> WorkerRecord:
+        """Cancel a drain: the worker takes new requests again (at once if healthy). No-op when not draining.
+
+        Raises:
+            NotFound: no worker has this id (a drained worker is removed once idle: register it again).
+        """
+        record = self._records.get(worker_id)
+        if record is None:
+            raise NotFound(
+                f"no worker with id {worker_id!r}; a drained worker is removed once idle: register it again "
+                "with POST /admin/workers",
+                param="id",
+            )
+        if record.draining:
+            record.draining = False
+            logger.info("worker drain cancelled", extra={"worker": worker_id})
+        return record
+
     def remove(self, worker_id: str) -> None:
         self._records.pop(worker_id, None)
         logger.info("worker removed", extra={"worker": worker_id})

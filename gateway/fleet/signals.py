@@ -20,7 +20,15 @@ from gateway.fleet.registry import WorkerRecord
 
 #: facts that detection does not own: the KV service's event endpoints and its free-form notes
 _NOT_DETECTED = frozenset(
-    {"event_endpoints", "extra", "load_signal", "load_note", "events_trusted", "reports_cached_tokens"}
+    {
+        "event_endpoints",
+        "extra",
+        "load_signal",
+        "load_note",
+        "events_trusted",
+        "reports_cached_tokens",
+        "index_mode",
+    }
 )
 
 

@@ -39,7 +39,7 @@ class ApproximateIndexConfig:
 class ApproximateKVIndex:
     """``KVIndex`` guessed from routing decisions, bounded per worker by capacity and TTL."""
 
-    __slots__ = ("_bits", "_clock", "_mask", "_recent", "config")
+    __slots__ = ("_bits", "_capacity", "_clock", "_mask", "_recent", "config")
 
     def __init__(
         self, config: ApproximateIndexConfig | None = None, *, clock: Callable[[], float] = time.monotonic
@@ -50,13 +50,27 @@ class ApproximateKVIndex:
         self._mask: dict[int, int] = {}
         # Per worker: block -> time last routed, oldest first (LRU and TTL order coincide).
         self._recent: dict[str, OrderedDict[int, float]] = {}
+        # Per worker: its assumed capacity in blocks where its engine says (else ``config.capacity_blocks``).
+        self._capacity: dict[str, int] = {}
+
+    def set_capacity(self, worker: str, blocks: int) -> None:
+        """Assume ``worker`` keeps ``blocks`` blocks (its engine's KV capacity in the gateway's blocks)."""
+        if blocks <= 0:
+            raise ValueError("capacity must be positive")
+        self._capacity[worker] = blocks
+        recent = self._recent.get(worker)
+        if recent is not None:
+            self._trim(self._bits.get(worker), recent, self._clock(), blocks)
+
+    def capacity(self, worker: str) -> int:
+        return self._capacity.get(worker, self.config.capacity_blocks)
 
     def apply(self, event: KVEvent) -> None:
         """Apply a GPU event (tiers are ignored in this mode)."""
         if event.tier is not Tier.GPU:
             return
         if event.type is EventType.CLEARED:
-            self.remove_worker(event.worker)
+            self.forget(event.worker)
         elif event.type is EventType.STORED:
             self.record_routed(event.worker, event.hashes)
         else:
@@ -72,17 +86,22 @@ class ApproximateKVIndex:
             recent.pop(h, None)
             recent[h] = now
             mask[h] = mask.get(h, 0) | bit
-        self._trim(bit, recent, now)
+        self._trim(bit, recent, now, self.capacity(worker))
 
     def longest_prefix(self, hashes: Sequence[int], workers: Iterable[str]) -> Mapping[str, PrefixHit]:
         """Leading blocks per worker among those still assumed cached."""
         now = self._clock()
         for worker, recent in self._recent.items():
-            self._trim(self._bits.get(worker), recent, now)
+            self._trim(self._bits.get(worker), recent, now, self.capacity(worker))
         return prefix_hits(hashes, workers, self._bits.bits, [self._mask.get])
 
     def remove_worker(self, worker: str) -> None:
-        """Forget everything assumed about ``worker``."""
+        """Forget everything assumed about ``worker`` (it left), its capacity included."""
+        self.forget(worker)
+        self._capacity.pop(worker, None)
+
+    def forget(self, worker: str) -> None:
+        """Forget where ``worker``'s blocks are assumed to be (its capacity stays)."""
         recent = self._recent.pop(worker, None)
         bit = self._bits.release(worker)
         for h in recent or ():
@@ -91,6 +110,10 @@ class ApproximateKVIndex:
     def num_blocks(self) -> int:
         """(worker, block) entries held."""
         return sum(len(r) for r in self._recent.values())
+
+    def worker_blocks(self) -> dict[str, int]:
+        """Blocks assumed cached per worker (expired ones included until the next lookup trims them)."""
+        return {worker: len(recent) for worker, recent in self._recent.items()}
 
     def _forget(self, worker: str, hashes: Sequence[int]) -> None:
         recent = self._recent.get(worker)
@@ -101,9 +124,8 @@ class ApproximateKVIndex:
             if recent.pop(h, None) is not None:
                 self._clear(h, bit)
 
-    def _trim(self, bit: int, recent: OrderedDict[int, float], now: float) -> None:
+    def _trim(self, bit: int, recent: OrderedDict[int, float], now: float, capacity: int) -> None:
         cutoff = now - self.config.ttl_s
-        capacity = self.config.capacity_blocks
         while recent:
             h, seen = next(iter(recent.items()))
             if seen > cutoff and len(recent) <= capacity:

@@ -54,3 +54,8 @@ class KVIndex(Protocol):
     def num_blocks(self) -> int:
         """Block entries held (for metrics and the memory budget)."""
         ...
+
+    def worker_blocks(self) -> Mapping[str, int]:
+        """Blocks held per worker (its own cache; predictions excluded), for the admin page. Cheap: no scan
+        of the index."""
+        ...

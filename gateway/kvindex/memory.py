@@ -1,6 +1,7 @@
 """In-process precise KV index: block hash -> GPU holders (a bitmask of workers) and shared-tier presence.
 
-Fed by worker events (``apply``), predictions from routing (``record_routed``) and snapshots. Memory is
+Fed by worker events (``apply``), predictions from routing (``record_routed``) and snapshots. Each worker's
+GPU block count is kept as blocks come and go (``worker_blocks`` reads it without a scan). Memory is
 bounded by ``max_blocks`` distinct block hashes with LRU eviction, where "use" is a ``stored`` event or a
 routing prediction touching the block (lookups do not refresh recency: that would put a Python-level
 operation per matched block on the request path). Feeding lives in ``consumers.py``/``service.py``.
@@ -49,7 +50,7 @@ class MemoryKVIndex:
     the event). ``remove_worker`` and ``cleared`` events scan the whole index (rare, O(entries)).
     """
 
-    __slots__ = ("_bits", "_gpu", "_on_evict", "_preds", "_tier", "config")
+    __slots__ = ("_bits", "_counts", "_gpu", "_on_evict", "_preds", "_tier", "config")
 
     def __init__(
         self,
@@ -70,6 +71,7 @@ class MemoryKVIndex:
         # Insertion order of this OrderedDict is the LRU order of every known block, tier-only ones included.
         self._gpu: OrderedDict[int, int] = OrderedDict()
         self._tier: dict[int, int] = {}
+        self._counts: dict[int, int] = {}  # worker bit -> GPU blocks whose mask holds it
         self._preds = PredictionTable(
             ttl_s=self.config.prediction_ttl_s, clock=clock, max_entries=self.config.max_predictions
         )
@@ -110,6 +112,7 @@ class MemoryKVIndex:
         bit = self._bits.release(worker)
         if bit:
             self._preds.drop_worker(bit)
+            self._counts.pop(bit, None)
 
     def num_blocks(self) -> int:
         """Distinct block hashes held (GPU or tier), excluding predictions."""
@@ -120,30 +123,43 @@ class MemoryKVIndex:
         return len(self._preds)
 
     def blocks_of(self, worker: str) -> int:
-        """GPU blocks the index holds for one worker (O(entries); for admin pages, not the request path)."""
+        """GPU blocks the index holds for one worker."""
         bit = self._bits.get(worker)
-        return sum(1 for m in self._gpu.values() if m & bit) if bit else 0
+        return self._counts.get(bit, 0) if bit else 0
+
+    def worker_blocks(self) -> dict[str, int]:
+        """GPU blocks held per worker that has (or had) any."""
+        counts = self._counts
+        return {worker: counts.get(bit, 0) for worker, bit in self._bits.bits.items()}
 
     def _store_gpu(self, bit: int, hashes: Sequence[int]) -> None:
         gpu = self._gpu
         # Newest last, walking the event's chain backwards: a prefix's head is then evicted after its tail,
         # so budget eviction shortens matches instead of punching a hole at their start.
+        added = 0
         for h in reversed(hashes):
             mask = gpu.pop(h, 0)
+            if not mask & bit:
+                added += 1
             gpu[h] = mask | bit
+        self._counts[bit] = self._counts.get(bit, 0) + added
         self._evict()
 
     def _remove_gpu(self, bit: int, hashes: Sequence[int]) -> None:
         gpu = self._gpu
+        removed = 0
         for h in hashes:
             mask = gpu.get(h)
             if mask is None or not mask & bit:
                 continue
+            removed += 1
             mask &= ~bit
             if mask or h in self._tier:
                 gpu[h] = mask
             else:
                 del gpu[h]
+        if removed:
+            self._counts[bit] -= removed
 
     def _store_tier(self, tier_bit: int, hashes: Sequence[int]) -> None:
         gpu, tier = self._gpu, self._tier
@@ -177,9 +193,13 @@ class MemoryKVIndex:
         excess = len(self._gpu) - self.config.max_blocks
         if excess <= 0:
             return
-        gpu, tier = self._gpu, self._tier
+        gpu, tier, counts = self._gpu, self._tier, self._counts
         for _ in range(excess):
-            h, _mask = gpu.popitem(last=False)
+            h, mask = gpu.popitem(last=False)
             tier.pop(h, None)
+            while mask:
+                low = mask & -mask
+                counts[low] = counts.get(low, 1) - 1
+                mask ^= low
         if self._on_evict is not None:
             self._on_evict(excess)

@@ -40,6 +40,7 @@ from gateway.kvindex.consumers import (
     fetch_snapshot,
     run_worker_feed,
 )
+from gateway.kvindex.hybrid import HybridKVIndex, IndexMode
 from gateway.kvindex.index import KVIndex
 from gateway.kvindex.memory import MemoryIndexConfig, MemoryKVIndex
 from gateway.kvindex.shared_predictions import ReplicatedKVIndex
@@ -62,6 +63,10 @@ class KVServiceConfig:
     Attributes:
         index: limits of the precise index (memory budget, prediction TTL).
         approximate: set for backends without KV events: the index is then guessed from routing.
+        follow_fleet: each worker's mode follows its KV-event feed (``HybridKVIndex``): precise while one
+            flows, approximate (tuned by ``approximate``'s limits, defaults when None) where none does or it
+            went quiet. False with ``approximate`` None: precise for all, and a quiet feed's worker gets no
+            hits at all.
         backoff_initial_s: first reconnect delay of a worker feed or of the Redis reader.
         backoff_max_s: cap of the reconnect delay.
         relay_lease_s: lease of a replica on relaying one worker's events to Redis.
@@ -74,6 +79,7 @@ class KVServiceConfig:
 
     index: MemoryIndexConfig = field(default_factory=MemoryIndexConfig)
     approximate: ApproximateIndexConfig | None = None
+    follow_fleet: bool = False
     backoff_initial_s: float = 0.1
     backoff_max_s: float = 5.0
     relay_lease_s: float = 5.0
@@ -103,6 +109,7 @@ class KVService:
     ) -> None:
         self.index: KVIndex = index
         self.is_approximate = isinstance(index, ApproximateKVIndex)
+        self.hybrid = index if isinstance(index, HybridKVIndex) else None
         self.aliases = AliasMap()
         self._client = client
         self._feed = feed
@@ -110,6 +117,35 @@ class KVService:
         self._backplane = backplane
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._engines = engine_feeds or EngineFeeds(EngineFeedConfig(feed.block_size), clock=time.monotonic)
+
+    def worker_mode(self, worker_id: str) -> IndexMode:
+        """Where the worker's prefix hits come from: ``precise``, ``approximate`` or ``none``."""
+        if self.hybrid is not None:
+            return self.hybrid.mode(worker_id)
+        return "approximate" if self.is_approximate else "precise"
+
+    def set_mode(self, worker_id: str, mode: IndexMode) -> bool:
+        """Switch one worker's index mode (only when the mode follows the fleet); True when it changed."""
+        if self.hybrid is None:
+            return False
+        changed = self.hybrid.set_mode(worker_id, mode)
+        if changed:
+            logger.info("KV index mode of worker %s: %s", worker_id, mode)
+        return changed
+
+    @property
+    def quiet_mode(self) -> IndexMode:
+        """The mode of a worker whose feed went quiet: approximate when the mode follows the fleet."""
+        if self.hybrid is not None and self.hybrid.follows_fleet:
+            return "approximate"
+        return "none"
+
+    def set_capacity(self, worker_id: str, blocks: int) -> None:
+        """Assume an approximate worker keeps ``blocks`` gateway blocks (its engine's KV capacity)."""
+        if (
+            self.hybrid is not None
+        ):  # the gateway's tokens are the engines' (with the byte fallback they are not)
+            self.hybrid.approximate.set_capacity(worker_id, blocks)
 
     @property
     def degraded(self) -> bool:
@@ -303,10 +339,20 @@ async def open_kv_service(
     """
     cfg = config or KVServiceConfig()
     index: KVIndex
-    if cfg.approximate is not None:
+    if cfg.follow_fleet:
+        index = HybridKVIndex(
+            MemoryKVIndex(cfg.index, clock=clock, on_evict=on_evict),
+            ApproximateKVIndex(cfg.approximate, clock=clock),
+            default="approximate",
+        )
+    elif cfg.approximate is not None:
         index = ApproximateKVIndex(cfg.approximate, clock=clock)
     else:
-        index = MemoryKVIndex(cfg.index, clock=clock, on_evict=on_evict)
+        index = HybridKVIndex(
+            MemoryKVIndex(cfg.index, clock=clock, on_evict=on_evict),
+            ApproximateKVIndex(clock=clock),
+            default="precise",
+        )
     feed = FeedConfig(block_size, cfg.backoff_initial_s, cfg.backoff_max_s)
     shared = _is_redis_state(state_url)
     async with contextlib.AsyncExitStack() as owned:

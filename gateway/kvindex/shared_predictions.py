@@ -76,3 +76,6 @@ class ReplicatedKVIndex:
 
     def num_blocks(self) -> int:
         return self.local.num_blocks()
+
+    def worker_blocks(self) -> Mapping[str, int]:
+        return self.local.worker_blocks()

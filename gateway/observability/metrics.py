@@ -46,7 +46,14 @@ class FleetCollector(Collector):
         kv = GaugeMetricFamily(
             "kvgate_worker_kv_usage_ratio", "KV cache use (worker /load)", labels=["worker"]
         )
+        mode = GaugeMetricFamily(
+            "kvgate_worker_index_mode",
+            "1 for the KV index mode the worker's prefix hits come from (precise: its events; approximate: "
+            "learned from routing; none)",
+            labels=["worker", "mode"],
+        )
         for r in self._fleet:
+            mode.add_metric([r.id, r.facts.index_mode], 1.0)
             inflight.add_metric([r.id], self._load.get(r.id).inflight_requests)
             healthy.add_metric([r.id], 1.0 if r.healthy else 0.0)
             breaker.add_metric([r.id], _BREAKER_VALUE[r.breaker.state])
@@ -56,7 +63,7 @@ class FleetCollector(Collector):
             "kvgate_state_degraded", "1 while the shared state (Redis) is unreachable"
         )
         degraded.add_metric([], 1.0 if self._degraded() else 0.0)
-        yield from (inflight, healthy, breaker, queue, kv, degraded)
+        yield from (inflight, healthy, breaker, queue, kv, mode, degraded)
 
 
 class IndexCollector(Collector):

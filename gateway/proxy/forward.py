@@ -8,6 +8,7 @@ engine (``proxy.shaping``: the client's own bytes for kvgate's workers). Non-str
 and passed on; streaming ones go through ``proxy.stream.StreamRelay``. Either way a client that leaves
 cancels the attempt, which closes the upstream connection (``proxy.disconnect``). A response that reports
 cached tokens teaches the worker's ``EngineFacts`` that its engine reuses prefixes (``note_cached_tokens``).
+Each finished attempt is also counted in the worker's live window (``observability.worker_stats``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import orjson
 from gateway.engines.affinity import note_cached_tokens, note_usage
 from gateway.errors import NoHealthyWorker, UpstreamError, UpstreamSaturated, WorkerTimeout, WorkerUnavailable
 from gateway.observability.metrics import Metrics
+from gateway.observability.worker_stats import WorkerStats
 from gateway.openai.schema import ParsedRequest
 from gateway.openai.sse import cached_tokens_of
 from gateway.proxy.disconnect import cancel_on_disconnect
@@ -63,6 +65,7 @@ class Proxy:
         sleep: injected for tests.
         prefill: runs the PD prefill step (default: on ``pool``, deadline ``timeouts.ttfb_s``).
         limits: the upstream connection cap per worker (``pool`` holds the wait queue and its bounds).
+        stats: each worker's recent attempts, for the admin page (a new ``WorkerStats`` if None).
     """
 
     def __init__(
@@ -78,7 +81,9 @@ class Proxy:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         prefill: PrefillRunner | None = None,
         limits: UpstreamLimits | None = None,
+        stats: WorkerStats | None = None,
     ) -> None:
+        self.stats = stats if stats is not None else WorkerStats()
         self._pool = pool
         self._targets: dict[str, Target] = {}
         self._prefill = prefill or PrefillRunner(pool=pool, load=load, timeout_s=timeouts.ttfb_s)
@@ -191,6 +196,7 @@ class Proxy:
             self._metrics.request(route, result.status, worker, latency_s)
             if result.ttfb_s is not None:
                 self._metrics.ttfb(route, result.ttfb_s)
+            self._record_stats(routed, result, latency_s)
             if result.cached_tokens and note_cached_tokens(routed.record.facts, result.cached_tokens):
                 logger.info("worker reuses prefixes (it reported cached tokens)", extra={"worker": worker})
             if result.ok and want_usage and (hint := note_usage(routed.record.facts, result.cached_tokens)):
@@ -198,6 +204,16 @@ class Proxy:
             self._router.finished(
                 routed, ok=result.ok, cached_tokens=result.cached_tokens, latency_s=latency_s
             )
+
+    def _record_stats(self, routed: Routed, result: Result, latency_s: float) -> None:
+        """The attempt in the worker's live window; hit figures only where the feedback loop has them too
+        (a prediction was made, and no PD prefill worker computed the prompt first)."""
+        req = routed.request
+        prompt = req.num_prompt_tokens if req.block_hashes and routed.prefill is None else 0
+        ttft_s = result.ttfb_s if result.ttfb_s is not None else latency_s  # a whole answer: its latency
+        self.stats.record(
+            routed.record.id, result.ok, ttft_s, prompt, routed.prefix_hit_tokens, result.cached_tokens
+        )
 
     async def _forward(
         self,

@@ -2,8 +2,8 @@
 
 The router gathers what the policy declared in ``needs`` (tokens and block hashes from the injected
 ``PromptAnalyzer``, prefix hits from the ``KVIndex``) and nothing more, hands the policy a frozen snapshot,
-then records the decision (observer hooks, the index's predicted placement). Proxying lives in
-``gateway.proxy``; the policy's own logic in ``policies``.
+then records the decision (observer hooks, the index's predicted placement, the admin page's
+``DecisionLog``). Proxying lives in ``gateway.proxy``; the policy's own logic in ``policies``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from gateway.kvindex.feedback import PrefixFeedback
 from gateway.kvindex.index import KVIndex, PrefixHit
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
+from gateway.routing.decisions import DecisionLog
 from gateway.state.protocols import LoadBoard
 from kvgate_core.kvcontract.extra_keys import TENANT_HEADER
 from policies.api import Decision, Need, Observer, Outcome, Policy, RouteRequest, WorkerId, WorkerView
@@ -70,6 +71,7 @@ class Router:
         feedback: joins predicted prefix hits with the cached tokens workers report.
         upstream_queue: requests waiting in the gateway for an upstream connection to a worker (by URL),
             added to the worker's reported queue depth.
+        decisions: where the last decisions are kept for the admin page (a new ``DecisionLog`` if None).
     """
 
     def __init__(
@@ -85,7 +87,9 @@ class Router:
         clock: Callable[[], float] = time.perf_counter,
         feedback: PrefixFeedback | None = None,
         upstream_queue: Callable[[str], int] = lambda _url: 0,
+        decisions: DecisionLog | None = None,
     ) -> None:
+        self.decisions = decisions if decisions is not None else DecisionLog()
         self._upstream_queue = upstream_queue
         self._feedback = feedback
         self._fleet = fleet
@@ -139,11 +143,10 @@ class Router:
             if self._fleet.knows_model(req.model) or not any(r.models for r in self._fleet):
                 raise NoHealthyWorker(f"no healthy worker serves model {req.model!r}; retry later")
             raise ModelNotFound(f"the model {req.model!r} does not exist on any worker", param="model")
-        # a worker whose engine cannot reuse a prefix (``EngineFacts.no_affinity_reason``), or whose KV-event
-        # feed went quiet (``events_trusted``), gets no hits: the policy places its requests by load alone
-        hits = self._lookup(
-            req, [r.id for r in records if r.facts.no_affinity_reason is None and r.facts.events_trusted]
-        )
+        # a worker whose engine cannot reuse a prefix (``EngineFacts.no_affinity_reason``) gets no hits: the
+        # policy places its requests by load alone (a quiet KV-event feed is the index's business:
+        # ``gateway.kvindex.hybrid`` answers that worker from routing, or not at all)
+        hits = self._lookup(req, [r.id for r in records if r.facts.no_affinity_reason is None])
         views = []
         for r in records:
             load = self._load.get(r.id)
@@ -212,6 +215,7 @@ class Router:
             hit = self._cached_tokens(req, hit_blocks, prefill)
             how = self._placement(req, views, prefill.id)  # the prefill worker holds the prompt's KV next
             self._load.add_routed(prefill.id, req.num_prompt_tokens, hit, how)
+        self.decisions.add(req, decision, views, prefill.id if prefill is not None else None)
         return Routed(
             request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens, prefill=prefill,
             best_hit_tokens=best_tokens,
@@ -255,6 +259,11 @@ class Router:
                     routed.decision, routed.request, ok=ok, cached_tokens=cached_tokens, latency_s=latency_s
                 )
             )
+
+    @property
+    def feedback(self) -> PrefixFeedback | None:
+        """The closed loop on prefix-hit predictions (its ``drift`` flag), when the KV index is used."""
+        return self._feedback
 
     @property
     def wants_outcomes(self) -> bool:

@@ -163,3 +163,14 @@ async def test_stored_event_outlives_the_prediction_it_confirms(backend: Backend
     await backend.apply(stored("a", [1, 2]))
     backend.clock.now += 5.0
     assert gpu(backend, [1, 2], "a") == 2
+
+
+async def test_worker_blocks_follow_stores_removals_and_clears(backend: Backend) -> None:
+    await backend.apply(stored("a", [1, 2, 3]), stored("b", [2, 3]), stored("a", [3, 3]))
+    backend.index.record_routed("c", [7, 8])  # a prediction is no block of the worker's
+    blocks = backend.index.worker_blocks()
+    assert (blocks["a"], blocks["b"], blocks.get("c", 0)) == (3, 2, 0)
+    await backend.apply(removed("a", [1, 9]), removed("a", [1]), cleared("b"))
+    assert (backend.index.worker_blocks()["a"], backend.index.worker_blocks().get("b", 0)) == (2, 0)
+    backend.index.remove_worker("a")
+    assert backend.index.worker_blocks().get("a", 0) == 0

@@ -88,6 +88,7 @@ def test_the_gateway_detects_vllm_and_discovers_block_size_capacity_and_events(v
         # vLLM reports its publisher as the wildcard it binds (tcp://*:PORT): the gateway puts the host in
         endpoint = f"tcp://127.0.0.1:{server.events_port}"
         assert endpoint in json.dumps(engine["events"]), f"events from {endpoint}: {engine}"
+        assert engine["index_mode"] == "precise", f"its prefix hits come from its events: {engine}"
 
 
 def test_the_gateway_tokenizes_as_vllm_does_in_blocks_that_divide_vllms(vllm_lane: Lane) -> None:

@@ -13,6 +13,7 @@ from gateway.engines.profiles import EngineKind
 from gateway.feeds import EventFollower, FeedHooks
 from gateway.fleet.registry import Fleet, WorkerRecord
 from gateway.kvindex.adapters.discovery import EventSource
+from gateway.kvindex.hybrid import IndexMode
 from gateway.settings import BreakerSettings, parse_worker
 
 
@@ -21,6 +22,20 @@ class FakeKV:
     is_approximate: bool = False
     workers: dict[str, object] = field(default_factory=dict)
     calls: list[tuple[object, ...]] = field(default_factory=list)
+    modes: dict[str, IndexMode] = field(default_factory=dict)
+    capacities: dict[str, int] = field(default_factory=dict)
+    quiet_mode: IndexMode = "approximate"
+
+    def set_mode(self, worker_id: str, mode: IndexMode) -> bool:
+        changed = self.modes.get(worker_id) != mode
+        self.modes[worker_id] = mode
+        return changed
+
+    def worker_mode(self, worker_id: str) -> IndexMode:
+        return self.modes.get(worker_id, "approximate")
+
+    def set_capacity(self, worker_id: str, blocks: int) -> None:
+        self.capacities[worker_id] = blocks
 
     def add_worker(self, worker_id: str, url: str) -> None:
         self.calls.append(("sse", worker_id, url))
@@ -64,6 +79,7 @@ async def test_a_kvgate_worker_gets_its_own_sse_feed() -> None:
     kv, follower, record = _setup("http://10.0.0.5:8000#id=w", EngineKind.KVGATE)
     await follower.follow(record)
     assert kv.calls == [("sse", "w", "http://10.0.0.5:8000")]
+    assert kv.modes == {"w": "precise"} and record.facts.index_mode == "precise"
 
 
 async def test_vllm_publishers_are_discovered_with_the_workers_host() -> None:
@@ -124,8 +140,12 @@ async def test_tensorrt_llm_is_polled_through_its_http_drain_with_its_block_size
 @pytest.mark.parametrize("kind", [EngineKind.TGI, EngineKind.LMDEPLOY, EngineKind.MII, EngineKind.OPENAI])
 async def test_engines_without_events_get_no_feed(kind: EngineKind) -> None:
     kv, follower, record = _setup("http://10.0.0.9:8000#id=x", kind)
-    await follower.follow(record)
+    record.facts.kv_capacity_tokens = 32_000
+    follower.on_detected(record)
+    await follower.aclose()
     assert kv.calls == []
+    assert kv.capacities == {"x": 2000}  # the engine's KV capacity in the gateway's 16-token blocks
+    assert kv.modes == {} and record.facts.index_mode == "approximate"
 
 
 async def test_on_detected_skips_followed_workers_and_the_approximate_index() -> None:
@@ -147,12 +167,30 @@ def test_feed_hooks_mark_the_record_and_count_its_requests() -> None:
     fleet = Fleet(breaker=BreakerSettings(), clock=lambda: 0.0)
     record = fleet.add(parse_worker("http://h:1#id=w"))
     hooks = FeedHooks(fleet)
+    kv = FakeKV()
+    hooks.attach(kv)
     record.routed_total = 7
     assert hooks.activity("w") == 7 and hooks.activity("gone") == 0
     trusted = []
     hooks.on_quiet("w")
     trusted.append(record.facts.events_trusted)
+    assert kv.modes == {"w": "approximate"}  # quiet: placement learned from routing meanwhile
     hooks.on_flowing("w")
     trusted.append(record.facts.events_trusted)
     assert trusted == [False, True]
+    assert kv.modes == {"w": "precise"}  # quiet: approximate, then flowing: precise again
     hooks.on_quiet("gone")  # a removed worker is ignored
+
+
+def test_each_workers_index_mode_is_a_metric() -> None:
+    from gateway.observability.metrics import Metrics
+    from gateway.state.memory import MemoryLoadBoard
+
+    fleet = Fleet(breaker=BreakerSettings(), clock=lambda: 0.0)
+    fleet.add(parse_worker("http://h:1#id=a")).facts.index_mode = "precise"
+    fleet.add(parse_worker("http://h:2#id=b")).facts.index_mode = "approximate"
+    metrics = Metrics()
+    metrics.attach_fleet(fleet, MemoryLoadBoard())
+    text = metrics.render().decode()
+    assert 'kvgate_worker_index_mode{mode="precise",worker="a"} 1.0' in text
+    assert 'kvgate_worker_index_mode{mode="approximate",worker="b"} 1.0' in text

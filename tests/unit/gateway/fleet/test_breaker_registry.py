@@ -117,3 +117,18 @@ def test_registry_add_drain_remove_and_models() -> None:
         fleet.drain("zzz")
     fleet.remove("a")
     assert len(fleet) == 0
+
+
+def test_undrain_cancels_a_drain_until_the_worker_is_removed() -> None:
+    fleet = Fleet(breaker=BreakerSettings(), clock=Clock())
+    record = fleet.add(WorkerSpec("a", "http://a"))
+    record.healthy = True
+    record.models = frozenset({"m1"})
+    assert fleet.undrain("a") is record and record.available  # not draining: nothing to cancel
+    fleet.drain("a")
+    fleet.undrain("a")
+    assert fleet.serving("m1") == [record] and record.available
+    fleet.drain("a")
+    fleet.remove("a")
+    with pytest.raises(NotFound, match="register it again"):
+        fleet.undrain("a")

@@ -39,3 +39,13 @@ def test_removed_and_cleared_events_correct_the_guess() -> None:
     assert index.longest_prefix([1, 2, 3], ["a"])["a"].gpu_blocks == 1
     index.apply(KVEvent(worker="a", type=EventType.CLEARED))
     assert index.longest_prefix([1], ["a"])["a"].gpu_blocks == 0
+
+
+def test_worker_blocks_are_the_blocks_assumed_per_worker() -> None:
+    index = ApproximateKVIndex(ApproximateIndexConfig(capacity_blocks=4), clock=FakeClock())
+    index.record_routed("a", [1, 2, 3])
+    index.record_routed("a", [1, 7, 8])
+    index.record_routed("b", [1])
+    assert index.worker_blocks() == {"a": 4, "b": 1}
+    index.remove_worker("a")
+    assert index.worker_blocks() == {"b": 1}

@@ -141,3 +141,13 @@ def test_lookup_matches_a_naive_model(ops: list[tuple[str, bool, list[int]]], qu
     hits = index.longest_prefix(query, ["a", "b", "c", "d"])
     for worker in ["a", "b", "c", "d"]:
         assert hits[worker].gpu_blocks == naive(model, query, worker), worker
+        assert index.worker_blocks().get(worker, 0) == len(model.get(worker, ())), worker
+
+
+def test_worker_blocks_shrink_when_the_budget_evicts() -> None:
+    index = MemoryKVIndex(MemoryIndexConfig(max_blocks=3))
+    index.apply(stored("a", [1, 2]))
+    index.apply(stored("b", [2, 3, 4]))
+    assert index.num_blocks() == 3
+    assert index.worker_blocks() == {"a": 1, "b": 3}  # block 1 went first; block 2 is both workers'
+    assert index.blocks_of("a") == 1 and index.blocks_of("nobody") == 0

@@ -4,6 +4,7 @@ import httpx
 import pytest
 
 from gateway.kvindex.approximate import ApproximateIndexConfig, ApproximateKVIndex
+from gateway.kvindex.hybrid import HybridKVIndex
 from gateway.kvindex.memory import MemoryKVIndex
 from gateway.kvindex.service import KVServiceConfig, open_kv_service
 
@@ -13,8 +14,24 @@ async def test_memory_state_gives_a_precise_index_that_is_not_degraded() -> None
         httpx.AsyncClient() as client,
         open_kv_service(state_url="memory", block_size=16, client=client) as kv,
     ):
-        assert isinstance(kv.index, MemoryKVIndex)
+        assert isinstance(kv.index, HybridKVIndex) and isinstance(kv.index.precise, MemoryKVIndex)
+        assert kv.worker_mode("w") == "precise" and kv.quiet_mode == "none"  # the --kv-index precise override
         assert not kv.degraded
+
+
+async def test_following_the_fleet_a_worker_is_approximate_until_a_feed_makes_it_precise() -> None:
+    async with (
+        httpx.AsyncClient() as client,
+        open_kv_service(
+            state_url="memory", block_size=16, client=client, config=KVServiceConfig(follow_fleet=True)
+        ) as kv,
+    ):
+        assert kv.worker_mode("w") == "approximate" and kv.quiet_mode == "approximate"
+        kv.set_capacity("w", 4)
+        kv.index.record_routed("w", list(range(10)))
+        assert kv.index.worker_blocks() == {"w": 4}
+        assert kv.set_mode("w", "precise") and not kv.set_mode("w", "precise")
+        assert kv.index.longest_prefix([0, 1], ["w"])["w"].gpu_blocks == 0
 
 
 async def test_approximate_mode_needs_no_feeds() -> None:

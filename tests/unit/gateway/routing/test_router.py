@@ -89,6 +89,9 @@ class FakeIndex:
     def num_blocks(self) -> int:
         return 0
 
+    def worker_blocks(self) -> Mapping[str, int]:
+        return {}
+
 
 def _fleet(*models: str) -> Fleet:
     fleet = Fleet(breaker=BreakerSettings(), clock=lambda: 0.0)
