@@ -66,9 +66,6 @@ class EngineProfile:
         default_block_size: the engine's KV block (page) size in tokens when nothing says otherwise.
         events: where its KV events come from.
         namespace_fields: request fields the engine folds into its cache namespace (hash root).
-        strict_done: a stream ending without ``data: [DONE]`` is a failure (every engine here ends a good
-            stream with it: MII 0.3.3 too, ``StreamResults`` in ``mii/entrypoints/openai_api_server.py``;
-            TensorRT-LLM drops the connection on an error instead of sending an error event).
     """
 
     kind: EngineKind
@@ -84,7 +81,6 @@ class EngineProfile:
     default_block_size: int
     events: EventSource
     namespace_fields: tuple[str, ...] = ()
-    strict_done: bool = True
 
 
 PROFILES: Final[dict[EngineKind, EngineProfile]] = {

@@ -17,8 +17,6 @@ What changes for the other engines (``gateway.engines.profiles`` says which does
 - ``model`` becomes the engine's served name where the engine requires it exactly (DeepSpeed-MII answers
   400 otherwise). The client then sees whatever ``model`` the engine answers with: the served name, not
   the name the client sent; the gateway does not rewrite responses.
-- ``eof_ends_stream``: an engine that may end a stream without ``data: [DONE]`` (MII) ends it normally at
-  EOF; on every other engine that is a failed stream.
 """
 
 from __future__ import annotations
@@ -40,12 +38,10 @@ class Shaped(NamedTuple):
     Attributes:
         body: the bytes to send (the client's own bytes when nothing changed).
         strip_usage_chunk: drop the stream's usage chunk (``"choices": []`` + ``usage``) before the client.
-        eof_ends_stream: an upstream end without ``data: [DONE]`` is a normal end, not a failure.
     """
 
     body: bytes
     strip_usage_chunk: bool = False
-    eof_ends_stream: bool = False
 
 
 def shape(parsed: ParsedRequest, raw: bytes, facts: EngineFacts, *, want_usage: bool) -> Shaped | None:
@@ -66,7 +62,7 @@ def shape(parsed: ParsedRequest, raw: bytes, facts: EngineFacts, *, want_usage: 
     if profile.rewrite_model and served and served != parsed.model:
         changes["model"] = served
     body = orjson.dumps({**parsed.body, **changes}) if changes else raw
-    return Shaped(body, strip_usage_chunk=strip, eof_ends_stream=not profile.strict_done)
+    return Shaped(body, strip_usage_chunk=strip)
 
 
 def _with_usage(options: object) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.errors import WorkerTimeout, WorkerUnavailable
-from gateway.openai.sse import DONE_FRAME, UsageChunkFilter, cached_tokens_in, ends_stream, error_frames
+from gateway.openai.sse import UsageChunkFilter, cached_tokens_in, ends_stream, error_frames
 from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure, shed_from
 from gateway.proxy.responses import SSE_TYPE, proxied_headers, send_whole
@@ -121,13 +121,11 @@ class StreamRelay:
                     ended, cached = await self._copy_without_usage(conn, first, send, deadline, on_answered)
                 else:
                     ended, cached = await self._copy(conn, first, send, deadline, on_answered, want_usage)
-            if ended or shaped.eof_ends_stream:
-                if not ended:  # an engine that may end without [DONE] (MII): the client gets one
-                    on_answered(answered=True)
-                await send(
-                    {"type": "http.response.body", "body": b"" if ended else DONE_FRAME, "more_body": False}
-                )
+            if ended:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return Result(200, ok=True, cached_tokens=cached, ttfb_s=ttfb_s)
+            # every engine fronted here ends a good stream with [DONE] (MII 0.3.3 too, ``StreamResults``);
+            # TensorRT-LLM drops the connection on an error instead of sending an error event
             return await self._broken(
                 routed, send, "worker closed the stream before [DONE]", "worker_unavailable"
             )

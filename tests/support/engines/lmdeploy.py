@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import time
 from typing import Any
 
 from starlette.applications import Starlette
@@ -40,7 +39,7 @@ from starlette.routing import Route
 from kvgate_core.tokenize.request_prompt import ChatPrompt
 from tests.support.engines.core import BOS_ID, FakeEngine
 from tests.support.engines.oai_request import Job
-from tests.support.engines.oai_response import Formatter, Reply, json_response
+from tests.support.engines.oai_response import Formatter, Reply, json_response, permission_model_list
 from tests.support.engines.prom import Sample, metrics_response
 from tests.support.engines.server import FakeServer, build_app, engine_config, read_json
 
@@ -125,14 +124,7 @@ def create_app(args: argparse.Namespace) -> Starlette:
                         make_id=lambda _e: str(next(sessions)))  # fmt: skip
 
     async def models(_: Request) -> Response:
-        now = int(time.time())
-        permission = {"id": f"modelperm-{now:x}", "object": "model_permission", "created": now,
-                      "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-                      "allow_search_indices": True, "allow_view": True, "allow_fine_tuning": False,
-                      "organization": "*", "group": None, "is_blocking": False}  # fmt: skip
-        card = {"id": args.model, "object": "model", "created": now, "owned_by": "lmdeploy", "root": args.model,
-                "parent": None, "permission": [permission]}  # fmt: skip
-        return json_response({"object": "list", "data": [card]})
+        return json_response(permission_model_list(args.model, "lmdeploy"))
 
     async def health(_: Request) -> Response:
         if engine.faults.unhealthy:  # serve/openai/endpoints/management.py: 503 unless healthy or sleeping

@@ -25,7 +25,6 @@ Not reproduced: the gRPC load balancer and replicas, ``/generate``, the Flask RE
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
 from starlette.applications import Starlette
@@ -36,7 +35,7 @@ from starlette.routing import Route
 from kvgate_core.tokenize.request_prompt import Endpoint
 from tests.support.engines.core import FakeEngine
 from tests.support.engines.oai_request import Job
-from tests.support.engines.oai_response import Formatter, Reply, json_response
+from tests.support.engines.oai_response import Formatter, Reply, json_response, permission_model_list
 from tests.support.engines.server import FakeServer, build_app, engine_config
 
 NAME = "mii"
@@ -138,14 +137,7 @@ def create_app(args: argparse.Namespace) -> Starlette:
     server = FakeServer(NAME, VERSION, engine, fmt, check=check, default_max_tokens=128)
 
     async def models(_: Request) -> Response:
-        now = int(time.time())
-        permission = {"id": f"modelperm-{now:x}", "object": "model_permission", "created": now,
-                      "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-                      "allow_search_indices": True, "allow_view": True, "allow_fine_tuning": False,
-                      "organization": "*", "group": None, "is_blocking": False}  # fmt: skip
-        card = {"id": args.model, "object": "model", "created": now, "owned_by": "deepspeed-mii",
-                "root": args.model, "parent": None, "permission": [permission]}  # fmt: skip
-        return json_response({"object": "list", "data": [card]})
+        return json_response(permission_model_list(args.model, "deepspeed-mii"))
 
     async def health(_: Request) -> Response:
         return json_response({"status": "ok"})

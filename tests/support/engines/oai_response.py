@@ -131,6 +131,19 @@ class Formatter:
         return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
+def permission_model_list(model: str, owned_by: str) -> dict[str, Any]:
+    """``GET /v1/models`` in the FastChat-derived shape LMDeploy and MII share: one card with ``root`` and a
+    ``model_permission`` entry."""
+    now = int(time.time())
+    permission = {"id": f"modelperm-{now:x}", "object": "model_permission", "created": now,
+                  "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+                  "allow_search_indices": True, "allow_view": True, "allow_fine_tuning": False,
+                  "organization": "*", "group": None, "is_blocking": False}  # fmt: skip
+    card = {"id": model, "object": "model", "created": now, "owned_by": owned_by, "root": model,
+            "parent": None, "permission": [permission]}  # fmt: skip
+    return {"object": "list", "data": [card]}
+
+
 def json_response(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status, media_type="application/json")
 

@@ -34,7 +34,6 @@ def test_a_stream_gets_include_usage_and_keeps_the_other_stream_options(kind: En
     assert sent == {**body, "stream_options": {"include_usage": True, "x_other": 3}}
     assert list(sent) == list(body)  # key order kept
     assert shaped.strip_usage_chunk
-    assert not shaped.eof_ends_stream
     assert parsed.body["stream_options"] == {
         "include_usage": False,
         "x_other": 3,
@@ -88,7 +87,6 @@ def test_no_injection_when_nobody_reads_usage_or_without_a_stream() -> None:
 def test_mii_gets_its_served_model_name(stream: bool) -> None:
     _, _, shaped = _shape({**CHAT, "stream": stream}, EngineKind.MII, served="/models/llama")
     assert orjson.loads(shaped.body) == {**CHAT, "stream": stream, "model": "/models/llama"}
-    assert not shaped.eof_ends_stream  # MII ends a good stream with [DONE] too
     assert not shaped.strip_usage_chunk
 
 
