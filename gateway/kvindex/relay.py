@@ -48,6 +48,15 @@ class Role(Enum):
     LOCAL = "local"
 
 
+class _Lost:
+    """Set by a lead's sinks when an event could not be published (the stream has a gap)."""
+
+    __slots__ = ("events",)
+
+    def __init__(self) -> None:
+        self.events = False
+
+
 class RedisBackplane:
     """Keeps a replica's local index in step with the fleet through Redis; see the module docstring."""
 
@@ -184,7 +193,8 @@ class RedisBackplane:
                     has_snapshot = await self._try_local_snapshot(url, local[0])
                 await asyncio.sleep(renew_s)
                 continue
-            sinks = local if role is Role.LOCAL else self._lead_sinks(local)
+            lost = _Lost()
+            sinks = local if role is Role.LOCAL else self._lead_sinks(local, lost)
             feed = asyncio.ensure_future(
                 run_worker_feed(url=url, client=self._client, config=self._feed, on_snapshot=sinks[0],
                                 on_events=sinks[1])
@@ -196,6 +206,10 @@ class RedisBackplane:
                     if await self._claim(worker_id) is not role:
                         break
                     raise_if_cancelling()
+                    if lost.events:
+                        # A publish failed, yet the lease renewed: the outage fell between two renewals.
+                        # The stream missed events, so lead afresh from a new snapshot.
+                        break
             finally:
                 feed.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -221,7 +235,9 @@ class RedisBackplane:
             return False
         return True
 
-    def _lead_sinks(self, local: tuple[SnapshotSink, EventsSink]) -> tuple[SnapshotSink, EventsSink]:
+    def _lead_sinks(
+        self, local: tuple[SnapshotSink, EventsSink], lost: _Lost
+    ) -> tuple[SnapshotSink, EventsSink]:
         local_snapshot, local_events = local
 
         async def on_snapshot(snapshot: BlocksSnapshot) -> None:
@@ -233,6 +249,7 @@ class RedisBackplane:
                 await publish_events(self._redis, events, maxlen=self._maxlen)
             except _REDIS_DOWN as exc:
                 self.mark_down(exc)
+                lost.events = True
                 await local_events(events)
             raise_if_cancelling()
 

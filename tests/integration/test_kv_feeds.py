@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
+from gateway.kvindex.consumers import BlocksSnapshot, FeedConfig
+from gateway.kvindex.relay import RedisBackplane
 from gateway.kvindex.service import KVService, KVServiceConfig, open_kv_service
 from kvgate_core.kvcontract.events import EVENTS_STREAM, EventType, KVEvent, Tier
 from tests.support.fake_kv_worker import FakeKVWorker
@@ -187,6 +192,74 @@ async def test_redis_down_degrades_then_recovers_by_itself(
             await redis.aclose()
     finally:
         await asyncio.to_thread(server.stop)
+
+
+class _FlakyPublish(Redis):
+    """A real Redis client whose XADD fails while ``failing`` is set: a publish lost while the lease renews."""
+
+    failing = False
+
+    async def xadd(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failing:
+            raise RedisConnectionError("XADD lost")
+        return await super().xadd(*args, **kwargs)
+
+
+async def test_a_lead_that_lost_a_publish_leads_afresh_from_a_new_snapshot(
+    worker: FakeKVWorker, client: httpx.AsyncClient, redis_url: str
+) -> None:
+    # An outage shorter than the lease renewal is seen by a publish only; the stream then has a gap that
+    # only a new snapshot closes.
+    redis = cast("_FlakyPublish", _FlakyPublish.from_url(redis_url))
+    local_events: list[KVEvent] = []
+
+    async def on_local_snapshot(snapshot: BlocksSnapshot) -> None:
+        pass
+
+    async def on_local_events(events: Sequence[KVEvent]) -> None:
+        local_events.extend(events)
+
+    backplane = RedisBackplane(
+        redis=redis, client=client, feed=FeedConfig(block_size=16, backoff_initial_s=0.05, backoff_max_s=0.2),
+        apply=lambda events: None, on_routed=lambda worker, hashes: None, clock=lambda: 0.0,
+        token="replica-1", lease_s=0.3, maxlen=10_000, warn_interval_s=60.0,
+    )  # fmt: skip
+    task = asyncio.create_task(
+        backplane.follow_worker("reg-gap", worker.url, (on_local_snapshot, on_local_events))
+    )
+    try:
+        await eventually(lambda: worker.num_subscribers == 1)
+        snapshots = worker.num_snapshots
+        marker = 424_242_424_242
+        redis.failing = True
+        worker.tiers = {"gpu": [1, marker]}
+        worker.emit([stored("self-a", [1, marker])])
+        await eventually(lambda: any(marker in e.hashes for e in local_events))  # kept locally meanwhile
+        redis.failing = False
+        await eventually(lambda: worker.num_snapshots > snapshots)
+        await eventually(lambda: worker.num_subscribers == 1)
+        assert backplane.degraded  # the failed publish was seen
+        check = Redis.from_url(redis_url)
+        try:
+            await eventually_async(lambda: stream_entries_mentioning(check, str(marker).encode()), at_least=1)
+        finally:
+            await check.aclose()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await redis.aclose()
+
+
+async def eventually_async(
+    count: Callable[[], Awaitable[int]], *, at_least: int, timeout_s: float = 10.0
+) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while await count() < at_least:
+        if loop.time() > deadline:
+            raise TimeoutError(f"fewer than {at_least} within {timeout_s}s")
+        await asyncio.sleep(0.02)
 
 
 async def test_a_prediction_made_on_one_replica_is_seen_by_another(
