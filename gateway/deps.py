@@ -26,6 +26,7 @@ from gateway.fleet.health import HealthChecker
 from gateway.fleet.pools import PoolBalancer, build_balancer
 from gateway.fleet.registry import Fleet, WorkerRecord
 from gateway.kvindex.approximate import ApproximateIndexConfig
+from gateway.kvindex.capacity import BYTES_PER_TOKEN, CapacityConfig, TokenUnits
 from gateway.kvindex.feedback import PrefixFeedback
 from gateway.kvindex.index import KVIndex
 from gateway.kvindex.service import KVServiceConfig, open_kv_service
@@ -34,7 +35,7 @@ from gateway.proxy.forward import Proxy
 from gateway.proxy.upstream import UpstreamQueue, open_upstream
 from gateway.routing.parity_gate import parity_reports, parity_targets, refuse_precise
 from gateway.routing.router import Router
-from gateway.settings import Settings, WorkerSpec, parse_pool_settings
+from gateway.settings import BYTE_BLOCK_SIZE, Settings, WorkerSpec, parse_pool_settings
 from gateway.state.factory import open_state
 from gateway.state.protocols import LoadBoard, State
 from gateway.state.recent import RecentConfig
@@ -47,7 +48,7 @@ from policies.registry import build_policy as build_registered_policy
 logger = logging.getLogger(__name__)
 
 
-class KVService(FeedRunner, Protocol):
+class KVService(FeedRunner, TokenUnits, Protocol):
     """What the gateway uses of the KV service (``gateway.kvindex.service``)."""
 
     @property
@@ -59,6 +60,8 @@ class KVService(FeedRunner, Protocol):
     def remove_worker(self, worker_id: str) -> None: ...
 
     def feed_status(self, worker_id: str) -> dict[str, Any] | None: ...
+
+    def units_status(self, worker_id: str) -> dict[str, Any] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,7 @@ class AnalyzerChoice:
 
     analyzer: PromptAnalyzer | None
     approximate_only: bool = False
+    block_size: int = 16  # the block size the analyzer hashes in (the byte fallback's own by default)
 
 
 async def build_analyzer(settings: Settings, policy: Policy, client: httpx.AsyncClient) -> AnalyzerChoice:
@@ -149,16 +153,31 @@ async def build_analyzer(settings: Settings, policy: Policy, client: httpx.Async
         )
     except ValueError as exc:
         raise ConfigError(f"--tokenizer: {exc}") from None
+    block_size = settings.block_size
     if choice.bundle is None:
+        if not settings.block_size_given:
+            block_size = BYTE_BLOCK_SIZE
         logger.warning(
-            "no exact tokenizer (%s): routing cache-aware on the byte tokenizer with the approximate index; "
-            "for precise routing on the engines' KV events give --tokenizer PATH (the engine's "
-            "tokenizer.json or model directory, readable by the gateway)",
-            choice.source,
-        )
+            "no exact tokenizer (%s): routing cache-aware on the byte tokenizer with the approximate index "
+            "(%d-byte blocks); for precise routing on the engines' KV events give --tokenizer PATH (the "
+            "engine's tokenizer.json or model directory, readable by the gateway)",
+            choice.source, block_size,
+        )  # fmt: skip
         choice = TokenizerChoice(byte_bundle(), "byte tokenizer (fallback)", exact=False)
     return AnalyzerChoice(
-        analyzer_for(choice, block_size=settings.block_size), approximate_only=not choice.exact
+        analyzer_for(choice, block_size=block_size), approximate_only=not choice.exact, block_size=block_size
+    )
+
+
+def fallback_settings(settings: Settings, chosen: AnalyzerChoice) -> Settings:
+    """The settings to serve with once the analyzer is chosen: with only the byte fallback, the approximate
+    index and the fallback's block size."""
+    if not chosen.approximate_only:
+        return settings
+    if settings.kv_index != "approximate":
+        logger.warning("KV index: approximate (the gateway's tokens are not the engines')")
+    return dataclasses.replace(
+        settings, kv_index="approximate", block_size=chosen.block_size, exact_tokens=False
     )
 
 
@@ -184,10 +203,7 @@ async def preflight(settings: Settings) -> tuple[Settings, DepsOverrides]:
         raise ConfigError(f"--role-pools: {exc}") from None
     async with httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=settings.timeouts.connect_s)) as client:
         chosen = await build_analyzer(settings, policy, client)
-    if chosen.approximate_only and settings.kv_index != "approximate":
-        logger.warning("KV index: approximate (the gateway's tokens are not the engines')")
-        settings = dataclasses.replace(settings, kv_index="approximate")
-    return settings, DepsOverrides(analyzer=chosen.analyzer)
+    return fallback_settings(settings, chosen), DepsOverrides(analyzer=chosen.analyzer)
 
 
 def _open_kv(
@@ -198,11 +214,12 @@ def _open_kv(
     hooks: FeedHooks | None = None,
 ) -> AbstractAsyncContextManager[KVService]:
     """The KV service; with Redis state its backplane runs on the state's one Redis client."""
-    config = None
+    units = CapacityConfig(initial_ratio=1.0 if settings.exact_tokens else BYTES_PER_TOKEN)
+    config = KVServiceConfig(units=units)
     if settings.kv_index == "approximate":
-        config = KVServiceConfig(approximate=ApproximateIndexConfig())
+        config = KVServiceConfig(approximate=ApproximateIndexConfig(), units=units)
     elif settings.kv_index == "auto":
-        config = KVServiceConfig(follow_fleet=True)
+        config = KVServiceConfig(follow_fleet=True, units=units)
     cm: AbstractAsyncContextManager[KVService] = open_kv_service(
         state_url=settings.state_url,
         redis=state.redis,
@@ -247,9 +264,9 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         else:
             chosen = await build_analyzer(settings, policy, control)
             analyzer = chosen.analyzer
-            if chosen.approximate_only and settings.kv_index != "approximate":
-                logger.warning("KV index: approximate (the gateway's tokens are not the engines')")
-                settings = dataclasses.replace(settings, kv_index="approximate")
+            settings, given = fallback_settings(settings, chosen), settings
+            if settings.block_size != given.block_size and ov.policy is None:
+                policy = build_policy(settings, ov.clock, state.load)  # it scores in the new block size
         fleet = Fleet(breaker=settings.breaker, clock=ov.clock)
         for spec in settings.workers:
             fleet.add(spec)
@@ -265,9 +282,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         follower = None
         if kv is not None:
             hooks.attach(kv)
-            follower = EventFollower(
-                kv, fleet, probes, {s.id: s for s in settings.workers}, block_size=settings.block_size
-            )
+            follower = EventFollower(kv, fleet, probes, {s.id: s for s in settings.workers})
             stack.push_async_callback(follower.aclose)
         metrics.attach_fleet(fleet, state.load, (lambda: kv.degraded) if kv is not None else (lambda: False))
         if kv is not None:
@@ -276,7 +291,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
             fleet=fleet, load=state.load, policy=policy, analyzer=analyzer,
             kv_index=kv.index if kv is not None else None, block_size=settings.block_size, metrics=metrics,
             feedback=PrefixFeedback(metrics.registry) if kv is not None else None,
-            upstream_queue=UpstreamQueue(upstream),
+            upstream_queue=UpstreamQueue(upstream), units=kv,
         )  # fmt: skip
         proxy = Proxy(
             pool=upstream, router=router, load=state.load, metrics=metrics,

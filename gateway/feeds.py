@@ -67,7 +67,7 @@ class FeedRunner(Protocol):
     @property
     def quiet_mode(self) -> IndexMode: ...
 
-    def set_capacity(self, worker_id: str, blocks: int) -> None: ...
+    def set_capacity(self, worker_id: str, tokens: int) -> None: ...
 
 
 class EventFollower:
@@ -80,11 +80,8 @@ class EventFollower:
         specs: the configured workers by id (an explicit ``#events=``/``#model=`` wins over discovery).
     """
 
-    def __init__(
-        self, kv: FeedRunner, fleet: Fleet, get: Get, specs: Mapping[str, WorkerSpec], *, block_size: int = 16
-    ) -> None:
+    def __init__(self, kv: FeedRunner, fleet: Fleet, get: Get, specs: Mapping[str, WorkerSpec]) -> None:
         self._kv = kv
-        self._block_size = block_size
         self._fleet = fleet
         self._get = get
         self._specs = dict(specs)
@@ -95,7 +92,7 @@ class EventFollower:
         its events (idempotent: a followed worker is skipped)."""
         capacity = record.facts.kv_capacity_tokens
         if capacity:
-            self._kv.set_capacity(record.id, max(1, capacity // self._block_size))
+            self._kv.set_capacity(record.id, capacity)
         record.facts.index_mode = self._kv.worker_mode(record.id)
         if record.id in self._kv.workers or self._kv.is_approximate:
             return  # followed already, or the index learns placement from routing alone

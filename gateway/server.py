@@ -23,6 +23,8 @@ from gateway.observability.logging import configure as configure_logging
 from gateway.reload import WorkerSource
 from gateway.security.setup import SecuritySettings, add_security_arguments, security_from_args, wrap_app
 from gateway.settings import (
+    BYTE_BLOCK_SIZE,
+    DEFAULT_BLOCK_SIZE,
     DEFAULT_HALF_LIFE_S,
     DEFAULT_POLICY,
     Settings,
@@ -75,7 +77,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tokenizer", default="auto", help="auto | none | bytes | PATH to tokenizer.json/dir"
     )
-    parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
+    parser.add_argument(
+        "--block-size", type=int, default=None,
+        help=f"tokens per KV block (default {DEFAULT_BLOCK_SIZE}; {BYTE_BLOCK_SIZE} bytes when the byte "
+        "tokenizer stands in for an engine's)",
+    )  # fmt: skip
     parser.add_argument(
         "--max-body-bytes", type=int, default=8 * 1024 * 1024, help="request body limit (413)"
     )

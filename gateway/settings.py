@@ -30,6 +30,9 @@ _FRAGMENT_KEYS: Final = frozenset({"role", "id", "events", "engine", "model", "k
 
 #: Half-life of the recent routed load that policies read (``gateway.state.recent``).
 DEFAULT_HALF_LIFE_S: Final = 30.0
+DEFAULT_BLOCK_SIZE: Final = 16
+#: the byte fallback's block: about one 16-token engine block of English text in bytes
+BYTE_BLOCK_SIZE: Final = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +192,9 @@ class Settings:
     state_url: str = "memory"
     recent_half_life_s: float = DEFAULT_HALF_LIFE_S  # decay of the recent routed load policies read
     tokenizer: str = "auto"
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
+    block_size_given: bool = False  # --block-size was given (else the byte fallback hashes 64-byte blocks)
+    exact_tokens: bool = True  # the gateway's tokens are the engines' (false once the byte fallback stands)
     max_body_bytes: int = 8 * 1024 * 1024
     max_tokens_limit: int = 1_000_000
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -287,7 +292,7 @@ def from_args(args: argparse.Namespace) -> Settings:
     workers = _unique(parse_worker(w) for w in (args.worker or ()))
     if args.retries < 0:
         raise ConfigError("--retries must be >= 0")
-    if args.block_size <= 0:
+    if args.block_size is not None and args.block_size <= 0:
         raise ConfigError("--block-size must be > 0")
     if args.state != "memory" and not args.state.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError(f"--state {args.state!r} is not understood; use 'memory' or 'redis://HOST:PORT/DB'")
@@ -301,7 +306,8 @@ def from_args(args: argparse.Namespace) -> Settings:
             "recent_half_life_s", getattr(args, "recent_half_life_s", DEFAULT_HALF_LIFE_S)
         ),
         tokenizer=args.tokenizer,
-        block_size=args.block_size,
+        block_size=args.block_size or DEFAULT_BLOCK_SIZE,
+        block_size_given=args.block_size is not None,
         max_body_bytes=int(_positive("max_body_bytes", args.max_body_bytes)),
         timeouts=Timeouts(
             connect_s=_positive("connect_timeout_s", args.connect_timeout_s),

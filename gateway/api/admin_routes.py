@@ -33,11 +33,13 @@ from gateway.settings import parse_worker
 from kvgate_core.tokenize.request_prompt import Endpoint
 
 
-def engine_info(record: WorkerRecord, events: dict[str, Any] | None = None) -> EngineInfo:
+def engine_info(
+    record: WorkerRecord, events: dict[str, Any] | None = None, units: dict[str, Any] | None = None
+) -> EngineInfo:
     """The ``engine`` object of one worker; ``events``: the state of its KV-event feed, where the KV service
-    keeps one."""
+    keeps one; ``units``: its tokens and assumed cache as the approximate index learned them."""
     return EngineInfo.model_validate(
-        {**engine_summary(record.facts, record.configured_engine), "events": events}
+        {**engine_summary(record.facts, record.configured_engine), "events": events, "units": units}
     )
 
 
@@ -58,11 +60,12 @@ def _worker_info(
     pool: dict[str, Any] | None = None,
     *,
     events: dict[str, Any] | None = None,
+    units: dict[str, Any] | None = None,
 ) -> WorkerInfo:
     """One worker; ``pool``: its PD pool (role it serves now, why it last changed), when pools run;
-    ``events``: its KV-event feed."""
+    ``events``: its KV-event feed; ``units``: what the approximate index learned of it."""
     return WorkerInfo(
-        engine=engine_info(record, events),
+        engine=engine_info(record, events, units),
         pool=PoolInfo.model_validate(pool) if pool is not None else None,
         id=record.id,
         url=record.url,
@@ -88,6 +91,7 @@ async def list_workers(deps: AppDeps) -> WorkerList:
             deps.state.load.get(r.id).inflight_requests,
             pools.describe(r.id) if pools else None,
             events=_events(deps, r.id),
+            units=deps.kv.units_status(r.id) if deps.kv is not None else None,
         )
         for r in deps.fleet
     ]

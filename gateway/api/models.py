@@ -88,6 +88,9 @@ class EngineInfo(BaseModel):
     index_mode: str = "none"
     #: the worker's KV-event feed (filled by the KV service; None where it keeps no feed)
     events: dict[str, Any] | None = None
+    #: what the approximate index learned of it: gateway tokens per engine token, the assumed cache in
+    #: the gateway's blocks and the correction from reported hits (None: nothing learned yet)
+    units: dict[str, Any] | None = None
 
 
 class WorkerInfo(BaseModel):

@@ -24,22 +24,25 @@ class ApproximateIndexConfig:
     """Assumed cache of each worker.
 
     Attributes:
-        capacity_blocks: blocks a worker is assumed to keep (its KV cache size in blocks).
+        capacity_blocks: blocks a worker is assumed to keep where nothing better is known.
         ttl_s: how long a routed block is assumed to stay cached.
+        max_blocks: the memory budget: (worker, block) entries held in all, whatever capacities are set
+            (each worker's capacity is capped at an equal share of it). About 100 bytes an entry.
     """
 
     capacity_blocks: int = 16_384
     ttl_s: float = 300.0
+    max_blocks: int = 2_000_000
 
     def __post_init__(self) -> None:
-        if self.capacity_blocks <= 0 or self.ttl_s <= 0:
-            raise ValueError("capacity_blocks and ttl_s must be positive")
+        if self.capacity_blocks <= 0 or self.ttl_s <= 0 or self.max_blocks <= 0:
+            raise ValueError("capacity_blocks, ttl_s and max_blocks must be positive")
 
 
 class ApproximateKVIndex:
     """``KVIndex`` guessed from routing decisions, bounded per worker by capacity and TTL."""
 
-    __slots__ = ("_bits", "_capacity", "_clock", "_mask", "_recent", "config")
+    __slots__ = ("_bits", "_capacity", "_clock", "_mask", "_recent", "_share", "config")
 
     def __init__(
         self, config: ApproximateIndexConfig | None = None, *, clock: Callable[[], float] = time.monotonic
@@ -52,18 +55,26 @@ class ApproximateKVIndex:
         self._recent: dict[str, OrderedDict[int, float]] = {}
         # Per worker: its assumed capacity in blocks where its engine says (else ``config.capacity_blocks``).
         self._capacity: dict[str, int] = {}
+        self._share = self.config.max_blocks  # each worker's cap: the budget over the workers known
 
     def set_capacity(self, worker: str, blocks: int) -> None:
         """Assume ``worker`` keeps ``blocks`` blocks (its engine's KV capacity in the gateway's blocks)."""
         if blocks <= 0:
             raise ValueError("capacity must be positive")
         self._capacity[worker] = blocks
+        self._reshare()
         recent = self._recent.get(worker)
         if recent is not None:
-            self._trim(self._bits.get(worker), recent, self._clock(), blocks)
+            self._trim(self._bits.get(worker), recent, self._clock(), self.capacity(worker))
 
     def capacity(self, worker: str) -> int:
-        return self._capacity.get(worker, self.config.capacity_blocks)
+        """Blocks ``worker`` is assumed to keep: as set (or the default), within its share of the budget."""
+        return min(self._capacity.get(worker, self.config.capacity_blocks), self._share)
+
+    def held(self, worker: str) -> int:
+        """Blocks assumed cached on ``worker`` now (expired ones included until the next lookup)."""
+        recent = self._recent.get(worker)
+        return len(recent) if recent is not None else 0
 
     def apply(self, event: KVEvent) -> None:
         """Apply a GPU event (tiers are ignored in this mode)."""
@@ -79,7 +90,10 @@ class ApproximateKVIndex:
     def record_routed(self, worker: str, hashes: Sequence[int]) -> None:
         """The request was routed to ``worker``: assume it now caches ``hashes``."""
         bit = self._bits.ensure(worker)
-        recent = self._recent.setdefault(worker, OrderedDict())
+        recent = self._recent.get(worker)
+        if recent is None:
+            recent = self._recent[worker] = OrderedDict()
+            self._reshare()
         now = self._clock()
         mask = self._mask
         for h in hashes:
@@ -99,6 +113,7 @@ class ApproximateKVIndex:
         """Forget everything assumed about ``worker`` (it left), its capacity included."""
         self.forget(worker)
         self._capacity.pop(worker, None)
+        self._reshare()
 
     def forget(self, worker: str) -> None:
         """Forget where ``worker``'s blocks are assumed to be (its capacity stays)."""
@@ -106,6 +121,7 @@ class ApproximateKVIndex:
         bit = self._bits.release(worker)
         for h in recent or ():
             self._clear(h, bit)
+        self._reshare()
 
     def num_blocks(self) -> int:
         """(worker, block) entries held."""
@@ -123,6 +139,15 @@ class ApproximateKVIndex:
         for h in hashes:
             if recent.pop(h, None) is not None:
                 self._clear(h, bit)
+
+    def _reshare(self) -> None:
+        known = len(self._capacity.keys() | self._recent.keys())
+        share = self.config.max_blocks // max(1, known)
+        if share < self._share:  # a smaller share: trim the others down to it now
+            for worker, recent in self._recent.items():
+                if len(recent) > share:
+                    self._trim(self._bits.get(worker), recent, self._clock(), share)
+        self._share = share
 
     def _trim(self, bit: int, recent: OrderedDict[int, float], now: float, capacity: int) -> None:
         cutoff = now - self.config.ttl_s

@@ -32,6 +32,7 @@ from gateway.kvindex.adapters.feed_status import DEFAULT_QUIET_AFTER_S
 from gateway.kvindex.adapters.feeds import EngineFeedConfig, EngineFeeds
 from gateway.kvindex.adapters.trtllm_http import DrainError
 from gateway.kvindex.approximate import ApproximateIndexConfig, ApproximateKVIndex
+from gateway.kvindex.capacity import CapacityConfig, CapacityLearner
 from gateway.kvindex.consumers import (
     AliasMap,
     BlocksSnapshot,
@@ -75,6 +76,7 @@ class KVServiceConfig:
         feed_quiet_after_s: a foreign engine's event source without a batch for this long (after requests
             were routed to its worker, when the service is given ``activity``) is quiet (its
             worker's blocks are no longer trusted; see ``KVService.feed_trusted``).
+        units: how each worker's tokens and assumed cache are learned (``CapacityLearner``).
     """
 
     index: MemoryIndexConfig = field(default_factory=MemoryIndexConfig)
@@ -86,6 +88,7 @@ class KVServiceConfig:
     stream_maxlen: int = 100_000
     degraded_warn_interval_s: float = 30.0
     feed_quiet_after_s: float = DEFAULT_QUIET_AFTER_S
+    units: CapacityConfig = field(default_factory=CapacityConfig)
 
 
 class KVService:
@@ -106,10 +109,20 @@ class KVService:
         tasks: asyncio.TaskGroup,
         backplane: RedisBackplane | None,
         engine_feeds: EngineFeeds | None = None,
+        units: CapacityConfig | None = None,
     ) -> None:
         self.index: KVIndex = index
         self.is_approximate = isinstance(index, ApproximateKVIndex)
         self.hybrid = index if isinstance(index, HybridKVIndex) else None
+        approximate = index if isinstance(index, ApproximateKVIndex) else None
+        if self.hybrid is not None:
+            approximate = self.hybrid.approximate
+        #: each worker's units and assumed cache size (None: no approximate index)
+        self.units = (
+            CapacityLearner(approximate, block_size=feed.block_size, config=units)
+            if approximate is not None
+            else None
+        )
         self.aliases = AliasMap()
         self._client = client
         self._feed = feed
@@ -140,12 +153,42 @@ class KVService:
             return "approximate"
         return "none"
 
-    def set_capacity(self, worker_id: str, blocks: int) -> None:
-        """Assume an approximate worker keeps ``blocks`` gateway blocks (its engine's KV capacity)."""
-        if (
-            self.hybrid is not None
-        ):  # the gateway's tokens are the engines' (with the byte fallback they are not)
-            self.hybrid.approximate.set_capacity(worker_id, blocks)
+    def set_capacity(self, worker_id: str, tokens: int) -> None:
+        """The worker's engine keeps ``tokens`` of its own tokens of KV: size its assumed cache from it (in
+        the gateway's blocks, once the units are learned)."""
+        if self.units is not None:
+            self.units.set_engine_capacity(worker_id, tokens)
+
+    def units_status(self, worker_id: str) -> dict[str, Any] | None:
+        """The worker's learned units and assumed cache (``/admin/workers``); None before anything was."""
+        units = self.units.units(worker_id) if self.units is not None else None
+        return units.as_dict() if units is not None else None
+
+    def engine_tokens(self, worker_id: str, gateway_tokens: int) -> int:
+        """``gateway_tokens`` counted in the worker's engine tokens (``TokenUnits``)."""
+        if self.units is None:
+            return gateway_tokens
+        return self.units.engine_tokens(worker_id, gateway_tokens)
+
+    def observe_finished(
+        self,
+        worker_id: str,
+        *,
+        gateway_prompt_tokens: int,
+        engine_prompt_tokens: int | None,
+        predicted_tokens: int,
+        reported_tokens: int | None,
+        tolerance_tokens: int,
+    ) -> None:
+        """One finished request (``TokenUnits``): learn the worker's units and, where its placement is learned
+        from routing, correct its assumed cache from the prediction against the report."""
+        if self.units is not None:
+            self.units.observe(
+                worker_id, gateway_prompt_tokens=gateway_prompt_tokens,
+                engine_prompt_tokens=engine_prompt_tokens, predicted_tokens=predicted_tokens,
+                reported_tokens=reported_tokens, tolerance_tokens=tolerance_tokens,
+                learn_capacity=self.worker_mode(worker_id) == "approximate",
+            )  # fmt: skip
 
     @property
     def degraded(self) -> bool:
@@ -266,6 +309,8 @@ class KVService:
         self._engines.remove(worker_id)
         self.aliases.forget(worker_id)
         self.index.remove_worker(worker_id)
+        if self.units is not None:
+            self.units.forget(worker_id)
 
     async def wait_for_stream(self, entry_id: bytes, timeout_s: float = 10.0) -> None:
         """Until this replica has applied the stream entry ``entry_id`` (a barrier for tests and tools).
@@ -368,8 +413,9 @@ async def open_kv_service(
                 clock=clock, on_quiet=on_feed_quiet, on_flowing=on_feed_flowing, activity=activity,
             )  # fmt: skip
             service = KVService(
-                index=index, client=client, feed=feed, tasks=tasks, backplane=None, engine_feeds=engines
-            )
+                index=index, client=client, feed=feed, tasks=tasks, backplane=None, engine_feeds=engines,
+                units=cfg.units,
+            )  # fmt: skip
             if redis is not None:
                 from gateway.kvindex.relay import RedisBackplane
 

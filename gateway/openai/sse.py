@@ -13,7 +13,7 @@ with a trailing one (TensorRT-LLM's first chunk), ``\\r\\n`` line endings, ``: k
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -38,27 +38,38 @@ def ends_stream(chunk: bytes) -> bool:
     return end.endswith(_DONE) and end[:-6].rstrip(b" ").endswith(b"data:")
 
 
-def cached_tokens_in(chunk: bytes) -> int | None:
-    """``usage.prompt_tokens_details.cached_tokens`` from the first data line of ``chunk`` that reports it,
-    else None (a line split across reads is not seen; ``UsageChunkFilter`` reads whole events)."""
+class TokenUsage(NamedTuple):
+    """The prompt figures of a response's ``usage``, in the engine's tokens (None: not reported)."""
+
+    prompt_tokens: int | None
+    cached_tokens: int | None
+
+
+def usage_in(chunk: bytes) -> TokenUsage | None:
+    """The ``usage`` of the first data line of ``chunk`` that has a usage object, else None (a line split
+    across reads is not seen; ``UsageChunkFilter`` reads whole events)."""
     if _USAGE_KEY not in chunk or not _has_usage(chunk):
         return None
     for line in chunk.split(b"\n"):
         if line.startswith(b"data:") and _has_usage(line):
-            cached = cached_tokens_of(_loads(line[5:]))
-            if cached is not None:
-                return cached
+            usage = usage_of(_loads(line[5:]))
+            if usage is not None:
+                return usage
     return None
 
 
-def cached_tokens_of(data: object) -> int | None:
-    """``usage.prompt_tokens_details.cached_tokens`` of a parsed response, else None."""
-    if not isinstance(data, dict):
+def usage_of(data: object) -> TokenUsage | None:
+    """``usage.prompt_tokens`` and ``usage.prompt_tokens_details.cached_tokens`` of a parsed response; None
+    without a usage object."""
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
         return None
-    usage = data.get("usage")
-    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    prompt = usage.get("prompt_tokens")
+    details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return cached if isinstance(cached, int) else None
+    return TokenUsage(
+        prompt if isinstance(prompt, int) else None, cached if isinstance(cached, int) else None
+    )
 
 
 def _has_usage(data: bytes) -> bool:
@@ -97,7 +108,7 @@ def usage_chunk_of(event: bytes) -> dict[str, Any] | None:
 
 
 class UsageChunkFilter:
-    """Removes the usage chunk from a relayed stream and keeps its ``cached_tokens``.
+    """Removes the usage chunk from a relayed stream and keeps its ``usage``.
 
     ``feed`` returns the bytes to pass on now: everything that arrived, except the usage event and the
     unfinished event at the end of a read (held until the read that completes it: no complete event waits).
@@ -106,11 +117,11 @@ class UsageChunkFilter:
     object is parsed. ``flush`` returns what is held at the stream's end.
     """
 
-    __slots__ = ("_held", "cached_tokens", "seen")
+    __slots__ = ("_held", "seen", "usage")
 
     def __init__(self) -> None:
         self._held = b""
-        self.cached_tokens: int | None = None
+        self.usage: TokenUsage | None = None
         self.seen = False  # a usage chunk was dropped
 
     def feed(self, chunk: bytes) -> bytes:
@@ -143,4 +154,4 @@ class UsageChunkFilter:
             kept.append(event)
         else:
             self.seen = True
-            self.cached_tokens = cached_tokens_of(usage)
+            self.usage = usage_of(usage)

@@ -27,7 +27,7 @@ from gateway.errors import NoHealthyWorker, UpstreamError, UpstreamSaturated, Wo
 from gateway.observability.metrics import Metrics
 from gateway.observability.worker_stats import WorkerStats
 from gateway.openai.schema import ParsedRequest
-from gateway.openai.sse import cached_tokens_of
+from gateway.openai.sse import TokenUsage, usage_of
 from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure, Shed, backoff_s, shed_from
 from gateway.proxy.passthrough import upstream_headers
@@ -202,14 +202,20 @@ class Proxy:
             if result.ok and want_usage and (hint := note_usage(routed.record.facts, result.cached_tokens)):
                 logger.warning("worker %s: %s", worker, hint)
             self._router.finished(
-                routed, ok=result.ok, cached_tokens=result.cached_tokens, latency_s=latency_s
-            )
+                routed, ok=result.ok, cached_tokens=result.cached_tokens, latency_s=latency_s,
+                prompt_tokens=result.prompt_tokens,
+            )  # fmt: skip
 
     def _record_stats(self, routed: Routed, result: Result, latency_s: float) -> None:
         """The attempt in the worker's live window; hit figures only where the feedback loop has them too
         (a prediction was made, and no PD prefill worker computed the prompt first)."""
         req = routed.request
-        prompt = req.num_prompt_tokens if req.block_hashes and routed.prefill is None else 0
+        # in the engine's tokens where it said (the prediction is in its tokens too)
+        prompt = (
+            (result.prompt_tokens or req.num_prompt_tokens)
+            if req.block_hashes and routed.prefill is None
+            else 0
+        )
         ttft_s = result.ttfb_s if result.ttfb_s is not None else latency_s  # a whole answer: its latency
         self.stats.record(
             routed.record.id, result.ok, ttft_s, prompt, routed.prefix_hit_tokens, result.cached_tokens
@@ -251,13 +257,13 @@ class Proxy:
             conn.content_type, worker, routed.prefix_hit_tokens, len(body), routed.prefill_id
         )
         await send_whole(send, status, headers, body)
-        cached = _cached_tokens(body) if want_usage and status == 200 else None
+        usage = _usage(body) if want_usage and status == 200 else None
         # No TTFB sample: for a whole answer it equals the latency recorded by ``_attempt``.
-        return Result(status, ok=status == 200, cached_tokens=cached)
+        return Result(status, ok=status == 200, usage=usage)
 
 
-def _cached_tokens(body: bytes) -> int | None:
+def _usage(body: bytes) -> TokenUsage | None:
     try:
-        return cached_tokens_of(orjson.loads(body))
+        return usage_of(orjson.loads(body))
     except orjson.JSONDecodeError:
         return None

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.errors import WorkerTimeout, WorkerUnavailable
-from gateway.openai.sse import UsageChunkFilter, cached_tokens_in, ends_stream, error_frames
+from gateway.openai.sse import TokenUsage, UsageChunkFilter, ends_stream, error_frames, usage_in
 from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure, shed_from
 from gateway.proxy.responses import SSE_TYPE, proxied_headers, send_whole
@@ -43,12 +43,20 @@ class OnAnswered(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Result:
-    """How one attempt ended: status sent, whether it completed, cached tokens seen, seconds to first byte."""
+    """How one attempt ended: status sent, whether it completed, the usage seen, seconds to first byte."""
 
     status: int
     ok: bool
-    cached_tokens: int | None = None
+    usage: TokenUsage | None = None
     ttfb_s: float | None = None
+
+    @property
+    def cached_tokens(self) -> int | None:
+        return self.usage.cached_tokens if self.usage is not None else None
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        return self.usage.prompt_tokens if self.usage is not None else None
 
 
 class StreamRelay:
@@ -118,12 +126,12 @@ class StreamRelay:
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
                 started = True
                 if shaped.strip_usage_chunk:
-                    ended, cached = await self._copy_without_usage(conn, first, send, deadline, on_answered)
+                    ended, usage = await self._copy_without_usage(conn, first, send, deadline, on_answered)
                 else:
-                    ended, cached = await self._copy(conn, first, send, deadline, on_answered, want_usage)
+                    ended, usage = await self._copy(conn, first, send, deadline, on_answered, want_usage)
             if ended:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-                return Result(200, ok=True, cached_tokens=cached, ttfb_s=ttfb_s)
+                return Result(200, ok=True, usage=usage, ttfb_s=ttfb_s)
             # every engine fronted here ends a good stream with [DONE] (MII 0.3.3 too, ``StreamResults``);
             # TensorRT-LLM drops the connection on an error instead of sending an error event
             return await self._broken(
@@ -143,16 +151,16 @@ class StreamRelay:
         deadline: asyncio.Timeout,
         on_answered: OnAnswered,
         want_usage: bool,
-    ) -> tuple[bool, int | None]:
-        """Pass every read on as it is; whether ``[DONE]`` ended it, and the cached tokens seen."""
+    ) -> tuple[bool, TokenUsage | None]:
+        """Pass every read on as it is; whether ``[DONE]`` ended it, and the usage seen."""
         loop = asyncio.get_running_loop()
         idle_s = self._timeouts.idle_s
-        cached: int | None = None
+        usage: TokenUsage | None = None
         ended = False
         before = last = b""
         while chunk:
-            if want_usage and cached is None:
-                cached = cached_tokens_in(chunk)
+            if want_usage and (usage is None or usage.cached_tokens is None):
+                usage = usage_in(chunk) or usage
             ended = ends_stream(chunk)
             if ended:
                 on_answered(answered=True)
@@ -163,11 +171,11 @@ class StreamRelay:
         if not ended and _split_done(before, last):
             ended = True
             on_answered(answered=True)
-        return ended, cached
+        return ended, usage
 
     async def _copy_without_usage(
         self, conn: H1Connection, chunk: bytes, send: Send, deadline: asyncio.Timeout, on_answered: OnAnswered
-    ) -> tuple[bool, int | None]:
+    ) -> tuple[bool, TokenUsage | None]:
         """Like ``_copy``, less the usage chunk the gateway asked for on its own behalf."""
         loop = asyncio.get_running_loop()
         idle_s = self._timeouts.idle_s
@@ -190,7 +198,7 @@ class StreamRelay:
         held = usage.flush()
         if held:
             await send({"type": "http.response.body", "body": held, "more_body": True})
-        return ended, usage.cached_tokens
+        return ended, usage.usage
 
     async def _failed(self, routed: Routed, send: Send, exc: OSError, *, started: bool) -> Result:
         """Before the first byte: retry or shed elsewhere; after it: end the client's stream with an error."""

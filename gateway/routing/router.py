@@ -17,6 +17,7 @@ from gateway.analyze.analyzer import PromptAnalyzer
 from gateway.engines.profiles import EngineKind
 from gateway.errors import InvalidRequest, ModelNotFound, NoHealthyWorker
 from gateway.fleet.registry import Fleet, WorkerRecord
+from gateway.kvindex.capacity import TokenUnits
 from gateway.kvindex.feedback import PrefixFeedback
 from gateway.kvindex.index import KVIndex, PrefixHit
 from gateway.observability.metrics import Metrics
@@ -72,6 +73,8 @@ class Router:
         upstream_queue: requests waiting in the gateway for an upstream connection to a worker (by URL),
             added to the worker's reported queue depth.
         decisions: where the last decisions are kept for the admin page (a new ``DecisionLog`` if None).
+        units: each worker's tokens per the gateway's, and the closed loop on its assumed cache (the KV
+            service); None: the gateway's tokens are taken for the engines'.
     """
 
     def __init__(
@@ -88,8 +91,10 @@ class Router:
         feedback: PrefixFeedback | None = None,
         upstream_queue: Callable[[str], int] = lambda _url: 0,
         decisions: DecisionLog | None = None,
+        units: TokenUnits | None = None,
     ) -> None:
         self.decisions = decisions if decisions is not None else DecisionLog()
+        self._units = units
         self._upstream_queue = upstream_queue
         self._feedback = feedback
         self._fleet = fleet
@@ -231,17 +236,22 @@ class Router:
     def _cached_tokens(self, req: RouteRequest, hit_blocks: int, record: WorkerRecord | None = None) -> int:
         """Prompt tokens covered by ``hit_blocks`` leading cached blocks (at most the whole prompt).
 
-        On a foreign engine whose block size is known, what it will report: whole engine blocks only, and
-        never the prompt's last token (vLLM, SGLang and TensorRT-LLM always compute at least one token, so
-        a fully cached, block-aligned prompt reports one block less).
+        On a foreign engine, what it will report: counted in its tokens (the gateway's tokens converted
+        where they are not the engine's, e.g. bytes), in whole engine blocks where its block size is known,
+        and never the prompt's last token (vLLM, SGLang and TensorRT-LLM always compute at least one token,
+        so a fully cached, block-aligned prompt reports one block less).
         """
         tokens = min(hit_blocks * self._block_size, req.num_prompt_tokens)
         if record is None or record.facts.kind in (EngineKind.KVGATE, EngineKind.AUTO):
             return tokens
+        prompt = req.num_prompt_tokens
+        if self._units is not None:
+            tokens = self._units.engine_tokens(record.id, tokens)
+            prompt = self._units.engine_tokens(record.id, prompt)
         engine_block = record.facts.block_size
         if not engine_block:
             return tokens
-        tokens = min(tokens, req.num_prompt_tokens - 1)
+        tokens = min(tokens, prompt - 1)
         return max(0, tokens // engine_block * engine_block)
 
     def explain(self, req: RouteRequest) -> Explanation:
@@ -249,10 +259,27 @@ class Router:
         views = self.snapshot(req)
         return Explanation(request=req, decision=self._select(req, views), views=views)
 
-    def finished(self, routed: Routed, *, ok: bool, cached_tokens: int | None, latency_s: float) -> None:
-        """Tell an observing policy how a routed request ended, and join prediction with reality."""
-        if self._feedback is not None and ok and routed.request.block_hashes and routed.prefill is None:
-            self._feedback.record(routed.prefix_hit_tokens, routed.best_hit_tokens, cached_tokens)
+    def finished(
+        self,
+        routed: Routed,
+        *,
+        ok: bool,
+        cached_tokens: int | None,
+        latency_s: float,
+        prompt_tokens: int | None = None,
+    ) -> None:
+        """Tell an observing policy how a routed request ended, and join prediction with reality
+        (``prompt_tokens`` and ``cached_tokens``: the engine's usage, None where it reported none)."""
+        req = routed.request
+        if ok and req.block_hashes and routed.prefill is None:
+            if self._feedback is not None:
+                self._feedback.record(routed.prefix_hit_tokens, routed.best_hit_tokens, cached_tokens)
+            if self._units is not None:
+                self._units.observe_finished(
+                    routed.record.id, gateway_prompt_tokens=req.num_prompt_tokens,
+                    engine_prompt_tokens=prompt_tokens, predicted_tokens=routed.prefix_hit_tokens,
+                    reported_tokens=cached_tokens, tolerance_tokens=routed.record.facts.block_size or 16,
+                )  # fmt: skip
         if self._observer is not None:
             self._observer.on_finished(
                 Outcome(

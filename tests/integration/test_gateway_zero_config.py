@@ -53,6 +53,7 @@ def test_starts_with_no_flag_but_worker_and_warns_once(tmp_path: Path) -> None:
         warnings = [line for line in log.splitlines() if "WARNING" in line and "tokenizer" in line]
         assert len(warnings) == 1, log
         assert "--tokenizer PATH" in warnings[0]
+        assert "(64-byte blocks)" in warnings[0]  # about one 16-token engine block, not 16 bytes
         assert "Traceback" not in log
     finally:
         for proc in reversed(procs):

