@@ -1,7 +1,7 @@
 """Routing quality on a simulated fleet: hit rate vs the ideal single cache, TTFT, imbalance, replicas.
 
-Run: ``python -m loadtest.bench_routing [--quick] [--scenarios multi_turn,shared_prefix,trace]
-[--cases rr,ll,pca,pca_x4] [--out DIR]``.
+Run: ``python -m loadtest.bench_routing [--quick] [--fleet kvgate|foreign]
+[--scenarios multi_turn,shared_prefix,trace] [--cases rr,ll,pca,pca_x4] [--out DIR]``.
 
 Every case starts a fresh fleet (``loadtest.fleet``): 8 simulated workers whose KV caches (16k tokens
 each) are much smaller than the working set, prefill-dominated timings like a GPU fleet (20k prompt
@@ -19,6 +19,10 @@ time to first token, without the client-side half that this rig's shared cores m
 kept modest: gateway, workers and driver share this machine's two cores. Each case's requests are written
 to ``OUT/records/`` (JSON lines). The same scenarios replay offline, in seconds, through
 ``python -m loadtest.route_sim``.
+
+``--fleet foreign`` runs the same scenarios on workers that publish no KV events and tokenize in whitespace
+words (``--sim --foreign``), the gateway on its default flags (``--policy`` only for the other policies, and
+``#kv_tokens=`` in each worker URL): see ``loadtest.foreign_fleet``.
 """
 
 from __future__ import annotations
@@ -37,10 +41,12 @@ from pathlib import Path
 
 import httpx
 
-from kvgate_core.tokenize.bundle import byte_bundle
+from gateway.settings import DEFAULT_POLICY
+from kvgate_core.tokenize.bundle import TokenizerBundle, byte_bundle
 from kvgate_core.tokenize.request_prompt import Endpoint
 from loadtest.driver import DriverConfig, RequestRecord, RunResult, run_load
 from loadtest.fleet import Fleet, FleetSpec, launch
+from loadtest.foreign_fleet import WORD_BLOCK_SIZE, WorkerFleet, as_words, worker_tokens_per_token
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
 from loadtest.report import percentile, summarize
 from loadtest.trace import TraceOptions, trace_sessions
@@ -50,7 +56,9 @@ BLOCK_SIZE = 16
 NUM_WORKERS = 8
 KV_TOKENS = 16_384
 PREFILL_TPS = 20_000
-SIM_ARGS = ("--prefill-tps", str(PREFILL_TPS), "--decode-tps", "100", "--max-running", "32")
+DECODE_TPS = 100
+MAX_RUNNING = 32
+KVGATE_FLEET = WorkerFleet(foreign=False, kv_tokens=KV_TOKENS, prefill_tps=PREFILL_TPS)
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake_conversation.jsonl"
 
 
@@ -140,14 +148,17 @@ def upstream_ttft_mean(metrics_pages: Sequence[str]) -> float:
     return total / count if count else float("nan")
 
 
-def sent_in_order(sessions: Sequence[Session], records: Sequence[RequestRecord]) -> list[PromptBlocks]:
-    """The requests the run sent, in the order it sent them, as the cache sees them.
+def sent_in_order(
+    sessions: Sequence[Session], records: Sequence[RequestRecord], bundle: TokenizerBundle | None = None
+) -> list[PromptBlocks]:
+    """The requests the run sent, in the order it sent them, as the cache sees them (tokenized by the
+    workers' ``bundle``, the byte tokenizer by default).
 
     A session's requests run in order, so its k-th record (by start time) is its k-th request.
     """
     by_id = {s.id: s for s in sessions}
     seen: Counter[str] = Counter()
-    bundle = byte_bundle()
+    bundle = bundle or byte_bundle()
     out = []
     for rec in sorted(records, key=lambda r: r.start_s):
         req = by_id[rec.session].requests[seen[rec.session]]
@@ -197,22 +208,15 @@ _DUMPED = (
 
 
 def run_case(
-    scenario: Scenario, case: Case, sessions: list[Session], out: Path, pca_params: str | None = None
+    scenario: Scenario,
+    case: Case,
+    sessions: list[Session],
+    out: Path,
+    pca_params: str | None = None,
+    workers: WorkerFleet = KVGATE_FLEET,
 ) -> CaseResult:
     """One fresh fleet, one workload, one policy; ``pca_params`` (JSON) tunes ``prefix_cache_aware``."""
-    gateway_args: tuple[str, ...] = ()
-    if pca_params and case.policy == "prefix_cache_aware":
-        conf = out / "pca_policy.json"  # YAML is a superset of JSON
-        conf.write_text(json.dumps({"type": case.policy, "params": json.loads(pca_params)}), encoding="utf-8")
-        gateway_args = ("--policy-config", str(conf))
-    spec = FleetSpec(
-        workers=NUM_WORKERS,
-        gateways=case.gateways,
-        policy=case.policy,
-        gateway_args=gateway_args,
-        worker_args=("--kv-tokens", str(KV_TOKENS), *SIM_ARGS),
-        log_dir=out / "logs" / f"{scenario.name}-{case.policy}-{case.gateways}",
-    )
+    spec = _fleet_spec(scenario, case, out, pca_params, workers)
     with launch(spec) as fleet:
         run, cpu = _drive(fleet, scenario, sessions)
         upstream = upstream_ttft_mean(
@@ -228,12 +232,40 @@ def run_case(
     return CaseResult(
         case=case,
         run=run,
-        ideal_hit_rate=ideal_replay(sent_in_order(sessions, recs), NUM_WORKERS * KV_TOKENS).hit_rate,
+        ideal_hit_rate=_ideal(sessions, recs, workers),
         gateway_cpu_s=cpu,
         prefill_imbalance=imbalance(recs, NUM_WORKERS, lambda r: max(0, r.prompt_tokens - r.cached_tokens)),
         imbalance=imbalance(recs, NUM_WORKERS, lambda r: r.prompt_tokens),
         upstream_ttft_mean_s=upstream,
     )
+
+
+def _fleet_spec(
+    scenario: Scenario, case: Case, out: Path, pca_params: str | None, workers: WorkerFleet
+) -> FleetSpec:
+    gateway_args: tuple[str, ...] = ()
+    if pca_params and case.policy == "prefix_cache_aware":
+        conf = out / "pca_policy.json"  # YAML is a superset of JSON
+        conf.write_text(json.dumps({"type": case.policy, "params": json.loads(pca_params)}), encoding="utf-8")
+        gateway_args = ("--policy-config", str(conf))
+    # The foreign fleet's gateway runs on its defaults: --policy only where it is not the default one.
+    implicit = workers.foreign and case.policy == DEFAULT_POLICY and not gateway_args
+    return FleetSpec(
+        workers=NUM_WORKERS,
+        gateways=case.gateways,
+        policy=None if implicit else case.policy,
+        gateway_args=gateway_args,
+        worker_args=workers.worker_args(DECODE_TPS, MAX_RUNNING),
+        worker_fragment=f"kv_tokens={workers.kv_tokens}" if workers.foreign else "",
+        log_dir=out / "logs" / f"{scenario.name}-{case.policy}-{case.gateways}",
+    )
+
+
+def _ideal(sessions: Sequence[Session], records: Sequence[RequestRecord], workers: WorkerFleet) -> float:
+    """The ideal hit rate in the workers' units: one cache of the fleet's capacity in their tokens."""
+    sent = sent_in_order(sessions, records, workers.bundle())
+    block_size = WORD_BLOCK_SIZE if workers.foreign else BLOCK_SIZE
+    return ideal_replay(sent, NUM_WORKERS * workers.kv_tokens, block_size).hit_rate
 
 
 def _drive(fleet: Fleet, scenario: Scenario, sessions: list[Session]) -> tuple[RunResult, float]:
@@ -257,7 +289,7 @@ def predicted(records: Sequence[RequestRecord]) -> float:
     return sum(r.predicted_hit_tokens or 0 for r in ok) / prompt if prompt else float("nan")
 
 
-def table(results: Sequence[CaseResult]) -> str:
+def table(results: Sequence[CaseResult], prefill_tps: float = PREFILL_TPS) -> str:
     """Markdown rows with the ratios the targets speak of."""
     by = {r.case.name: r for r in results}
     rr = by.get(CASES["rr"].name)
@@ -268,7 +300,9 @@ def table(results: Sequence[CaseResult]) -> str:
         "| gateway CPU % | upstream TTFT mean ms |"
     )
     lines = [head, "|" + "---|" * 17]
-    queue_prefill_p50 = {r.case.name: percentile(worker_ttfts(r.run.records), 50) for r in results}
+    queue_prefill_p50 = {
+        r.case.name: percentile(worker_ttfts(r.run.records, prefill_tps), 50) for r in results
+    }
     for r in results:
         s = summarize(r.run)
         cpu = 100.0 * r.gateway_cpu_s / max(r.run.wall_s, 1e-9) / r.case.gateways
@@ -294,6 +328,17 @@ def table(results: Sequence[CaseResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _workload(scenario: Scenario, quick: bool, *, foreign: bool) -> tuple[list[Session], WorkerFleet]:
+    """The scenario's sessions and the workers to run them on (``--fleet foreign``: word prompts, and a fleet
+    scaled to the workload's words per kvgate token; see ``loadtest.foreign_fleet``)."""
+    sessions = scenario.sessions(quick)
+    if not foreign:
+        return sessions, KVGATE_FLEET
+    words = as_words(sessions)
+    ratio = worker_tokens_per_token(sessions, words)
+    return words, WorkerFleet.scaled(KV_TOKENS, PREFILL_TPS, ratio)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m loadtest.bench_routing", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller workloads (~20 s a case)")
@@ -301,6 +346,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cases", default=",".join(CASES), help=f"from {', '.join(CASES)}")
     ap.add_argument("--out", type=Path, default=Path("loadtest-results/bench_routing"))
     ap.add_argument("--pca-params", help="prefix_cache_aware params as JSON, e.g. '{\"balance_weight\": 0}'")
+    ap.add_argument(
+        "--fleet",
+        choices=["kvgate", "foreign"],
+        default="kvgate",
+        help="kvgate: --sim workers with KV events; foreign: --sim --foreign ones (no events, word tokens)",
+    )
     args = ap.parse_args(argv)
     names, cases = args.scenarios.split(","), args.cases.split(",")
     unknown = [n for n in names if n not in SCENARIOS] + [c for c in cases if c not in CASES]
@@ -310,13 +361,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = [f"# bench_routing ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", ""]
     for name in names:
         scenario = SCENARIOS[name]
-        sessions = scenario.sessions(args.quick)
+        sessions, workers = _workload(scenario, args.quick, foreign=args.fleet == "foreign")
         results = []
         for key in cases:
             t0 = time.monotonic()
-            results.append(run_case(scenario, CASES[key], sessions, args.out, args.pca_params))
+            results.append(run_case(scenario, CASES[key], sessions, args.out, args.pca_params, workers))
             print(f"[{name}] {key} done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-        text = f"## {name}\n\n{table(results)}"
+        text = f"## {name}\n\n{workers.describe()}\n\n{table(results, workers.prefill_tps)}"
         print(text, flush=True)
         report.append(text)
     (args.out / "report.md").write_text("\n".join(report), encoding="utf-8")

@@ -29,17 +29,22 @@ HOST = "127.0.0.1"
 
 @dataclass(frozen=True, slots=True)
 class FleetSpec:
-    """What to start. ``worker_args``/``gateway_args`` are appended to every worker/gateway command."""
+    """What to start. ``worker_args``/``gateway_args`` are appended to every worker/gateway command.
+
+    ``policy`` None starts the gateways on their default policy (no ``--policy`` flag); ``worker_fragment``
+    (e.g. ``kv_tokens=4096``) is appended as ``#…`` to each worker URL the gateways are given.
+    """
 
     workers: int = 4
     gateways: int = 1
-    policy: str = "prefix_cache_aware"
+    policy: str | None = "prefix_cache_aware"
     sim: bool = True
     model: str = "tiny"
     worker_args: tuple[str, ...] = ()
     #: extra flags for individual workers (index i gets ``per_worker_args[i]``), e.g. one slow worker
     per_worker_args: tuple[tuple[str, ...], ...] = ()
     gateway_args: tuple[str, ...] = ()
+    worker_fragment: str = ""
     redis_url: str | None = None
     router_cmd: str | None = None
     log_dir: Path = field(default_factory=lambda: Path("loadtest-results/logs"))
@@ -150,8 +155,18 @@ def restart_redis(fleet: Fleet, log: Path) -> None:
     fleet.redis_proc = _start(fleet, fleet.redis_cmd, log)
 
 
+def _gateway_flags(fleet: Fleet, spec: FleetSpec) -> list[str]:
+    """``--worker`` per worker, then ``--policy`` and ``--state`` where they differ from the defaults."""
+    fragment = f"#{spec.worker_fragment}" if spec.worker_fragment else ""
+    flags = [a for u in fleet.worker_urls for a in ("--worker", u + fragment)]
+    if spec.policy is not None:
+        flags += ["--policy", spec.policy]
+    if fleet.redis_url:
+        flags += ["--state", fleet.redis_url]
+    return flags
+
+
 def _start_gateways(fleet: Fleet, spec: FleetSpec) -> None:
-    state = fleet.redis_url or "memory"
     for i, port in enumerate(free_ports(spec.gateways)):
         if spec.router_cmd:
             cmd = shlex.split(
@@ -160,20 +175,8 @@ def _start_gateways(fleet: Fleet, spec: FleetSpec) -> None:
                 )
             )
         else:
-            workers = [a for u in fleet.worker_urls for a in ("--worker", u)]
-            cmd = _kvgate(
-                "gateway",
-                "--host",
-                HOST,
-                "--port",
-                str(port),
-                *workers,
-                "--policy",
-                spec.policy,
-                "--state",
-                state,
-                *spec.gateway_args,
-            )
+            cmd = _kvgate("gateway", "--host", HOST, "--port", str(port), *_gateway_flags(fleet, spec),
+                          *spec.gateway_args)  # fmt: skip
         fleet.gateway_procs.append(_start(fleet, cmd, spec.log_dir / f"gateway-{i}.log"))
         fleet.gateway_urls.append(f"http://{HOST}:{port}")
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from kvgate_core.kvcontract.hashing import DEFAULT_BLOCK_SIZE
 
 if TYPE_CHECKING:
+    from kvgate_core.tokenize.bundle import TokenizerBundle
     from workers.engine_api import Engine
     from workers.sim.tier import SimTier
 
@@ -35,6 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--worker-id", default=None, help="id stamped on KV events (default HOST:PORT)")
     a("--role", choices=["both", "prefill", "decode"], default="both", help="role in a PD fleet")
     a("--sim", action="store_true", help="run the simulated engine (no model, faithful KV accounting)")
+    a(
+        "--foreign",
+        action="store_true",
+        help="with --sim: look like a generic OpenAI engine (no KV events, /load or tokenizer routes; "
+        "whitespace words as tokens; owned_by foreign-sim)",
+    )
     a("--kv-tier", default=None, help="shared DRAM tier, redis://HOST:PORT/DB")
     a("--ssd-dir", default=None, help="directory of the SSD tier")
     a("--device", choices=["auto", "cpu", "cuda"], default="auto", help="device of the real engine")
@@ -61,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     """Build the engine and serve it until SIGINT/SIGTERM; returns the exit status."""
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
+        if args.foreign and not args.sim:
+            raise ValueError("--foreign needs --sim (it makes the simulated worker look like another engine)")
         engine = _build_sim(args) if args.sim else _build_real(args)
     except (ValueError, OSError, _MissingEngineError) as exc:
         print(f"kvgate worker: {exc}", file=sys.stderr)
@@ -69,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
     from workers.server.app import create_app
 
-    app: Any = create_app(engine)
+    app: Any = create_app(engine, **_surface(args))
     if args.otlp_endpoint:
         from kvgate_core.tracing import TracingMiddleware, build_tracer_provider
 
@@ -87,13 +96,33 @@ class _MissingEngineError(Exception):
     """The real engine is not installed or not built yet."""
 
 
-def _build_sim(args: argparse.Namespace) -> Engine:
+def _surface(args: argparse.Namespace) -> dict[str, Any]:
+    """``create_app``'s keywords: a ``--foreign`` sim hides what would tell a gateway it is kvgate's."""
+    if not args.foreign:
+        return {}
+    from workers.sim.foreign import FOREIGN_OWNED_BY
+
+    return {"owned_by": FOREIGN_OWNED_BY, "introspection": False}
+
+
+def _sim_bundle(args: argparse.Namespace, model: str) -> TokenizerBundle:
     from kvgate_core.tokenize.bundle import byte_bundle, load_bundle
+
+    if args.foreign:
+        if args.tokenizer:
+            raise ValueError("--foreign brings its own tokenizer (whitespace words): drop --tokenizer")
+        from workers.sim.foreign import foreign_bundle
+
+        return foreign_bundle(model)
+    return load_bundle(args.tokenizer, model=model) if args.tokenizer else byte_bundle(model)
+
+
+def _build_sim(args: argparse.Namespace) -> Engine:
     from workers.sim.engine import DEFAULT_MODEL, SimConfig, SimEngine
     from workers.sim.scheduler import SimTiming
 
     model = args.model_name or DEFAULT_MODEL
-    bundle = load_bundle(args.tokenizer, model=model) if args.tokenizer else byte_bundle(model)
+    bundle = _sim_bundle(args, model)
     context = {"max_model_len": args.max_model_len} if args.max_model_len else {}
     timing = SimTiming(
         prefill_tps=args.prefill_tps, decode_tps=args.decode_tps, max_running=args.max_running, **context

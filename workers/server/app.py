@@ -3,6 +3,8 @@
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``,
 ``GET /load``, ``GET /kv/events``, ``GET /kv/blocks``, ``POST /tokenize``, ``GET /tokenizer``. The engine
 is started and stopped by the app's lifespan. The real engine and the simulated one share this surface.
+An opaque worker (``introspection=False``, the ``--sim --foreign`` test engine) serves only the first four,
+like a generic OpenAI-compatible engine whose cache and tokenizer a gateway cannot see.
 """
 
 from __future__ import annotations
@@ -46,8 +48,15 @@ class WorkerApp:
         await self.starlette(scope, receive, send)
 
 
-def create_app(engine: Engine) -> WorkerApp:
-    """The worker app serving ``engine`` (tokenizing with ``engine.bundle``)."""
+def create_app(engine: Engine, *, owned_by: str = "kvgate", introspection: bool = True) -> WorkerApp:
+    """The worker app serving ``engine`` (tokenizing with ``engine.bundle``).
+
+    Args:
+        engine: the engine.
+        owned_by: ``owned_by`` of the ``/v1/models`` card (a gateway detects kvgate's workers by it).
+        introspection: serve ``/load``, ``/kv/events``, ``/kv/blocks``, ``/tokenize`` and ``/tokenizer``
+            (False: they answer 404).
+    """
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -62,18 +71,21 @@ def create_app(engine: Engine) -> WorkerApp:
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/models", info.models, methods=["GET"]),
         Route("/health", info.health, methods=["GET"]),
-        Route("/load", info.load, methods=["GET"]),
-        Route("/kv/events", info.kv_events, methods=["GET"]),
-        Route("/kv/blocks", info.kv_blocks, methods=["GET"]),
-        Route("/tokenize", info.tokenize, methods=["POST"]),
-        Route("/tokenizer", info.tokenizer, methods=["GET"]),
     ]
+    if introspection:
+        routes += [
+            Route("/load", info.load, methods=["GET"]),
+            Route("/kv/events", info.kv_events, methods=["GET"]),
+            Route("/kv/blocks", info.kv_blocks, methods=["GET"]),
+            Route("/tokenize", info.tokenize, methods=["POST"]),
+            Route("/tokenizer", info.tokenizer, methods=["GET"]),
+        ]
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},  # type: ignore[dict-item]
     )
-    ctx = new_context(engine)
+    ctx = new_context(engine, owned_by)
     app.state.worker = ctx
     return WorkerApp(app, ctx)
 

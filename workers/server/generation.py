@@ -45,14 +45,15 @@ class WorkerContext:
     bundle: TokenizerBundle
     ids: itertools.count[int]
     id_prefix: str
+    owned_by: str = "kvgate"  # the model card's ``owned_by`` (what a gateway detects the engine by)
 
     def next_request_id(self, endpoint: Endpoint) -> str:
         kind = "chatcmpl" if endpoint is Endpoint.CHAT else "cmpl"
         return f"{kind}-{self.id_prefix}{next(self.ids):x}"
 
 
-def new_context(engine: Engine) -> WorkerContext:
-    return WorkerContext(engine, engine.bundle, itertools.count(), os.urandom(4).hex() + "-")
+def new_context(engine: Engine, owned_by: str = "kvgate") -> WorkerContext:
+    return WorkerContext(engine, engine.bundle, itertools.count(), os.urandom(4).hex() + "-", owned_by)
 
 
 ENDPOINTS: Final = {"/v1/chat/completions": Endpoint.CHAT, "/v1/completions": Endpoint.COMPLETIONS}

@@ -40,8 +40,9 @@ async def health(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
-    engine = _ctx(request).engine
-    card = {"id": engine.model_id, "object": "model", "created": 0, "owned_by": "kvgate",
+    ctx = _ctx(request)
+    engine = ctx.engine
+    card = {"id": engine.model_id, "object": "model", "created": 0, "owned_by": ctx.owned_by,
             "max_model_len": engine.max_model_len}  # fmt: skip
     return _json({"object": "list", "data": [card]})
 

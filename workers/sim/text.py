@@ -13,12 +13,14 @@ from typing import Final
 
 import xxhash
 
-_WORDS: Final = (
+_TEXT: Final = (
     "the cache routes every request to a worker that already holds its prefix so the prompt is not "
     "computed again and tokens stream back quickly while blocks move between tiers when memory runs low "
     "a gateway reads events from each worker and keeps an index of hashes per block with load and queue "
     "depth for policies that balance hits against waiting time"
 )
+#: the distinct words the sim's output is drawn from
+WORDS: Final = tuple(dict.fromkeys(_TEXT.split()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +49,7 @@ class WordBook:
     __slots__ = ("pieces",)
 
     def __init__(self, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str]) -> None:
-        pieces = [_piece(" " + w, encode, decode) for w in dict.fromkeys(_WORDS.split())]
+        pieces = [_piece(" " + w, encode, decode) for w in WORDS]
         self.pieces: tuple[WordPiece, ...] = tuple(p for p in pieces if p.token_ids)
         if not self.pieces:
             raise ValueError("the tokenizer encodes none of the sim's words")

@@ -1,0 +1,103 @@
+"""``bench_routing --fleet foreign``: the scenarios on workers a gateway cannot see inside.
+
+``kvgate worker --sim --foreign`` publishes no KV events and serves no tokenizer or ``/load``, and counts
+whitespace words as its tokens. A gateway on its default flags therefore detects a generic OpenAI engine,
+routes on the byte tokenizer and learns an approximate index from its own routing: the fleet most sidecar
+deployments meet. The scenarios stay the kvgate fleet's, made the same workload in the workers' units:
+
+- the trace's token-id prompts become text, one pseudo-word per id (``w0`` …), so requests share a 16-word
+  block exactly when they share its trace hash id;
+- each worker's KV capacity and prefill rate are scaled by the workload's worker tokens per kvgate-sim token
+  (words per byte for chat text, 1 for the trace), so a cache holds the same share of the working set and a
+  prompt costs the same prefill time as on the kvgate fleet.
+
+Hit rates, measured (``cached_tokens`` / ``prompt_tokens`` the workers report) and ideal, are in words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import numpy as np
+
+from kvgate_core.kvcontract.hashing import DEFAULT_BLOCK_SIZE
+from kvgate_core.tokenize.bundle import TokenizerBundle, byte_bundle
+from kvgate_core.tokenize.request_prompt import Endpoint
+from loadtest.ideal_cache import prompt_blocks
+from loadtest.workloads import Session, WorkRequest
+from workers.sim.engine import DEFAULT_MODEL
+from workers.sim.foreign import foreign_bundle
+
+#: the foreign workers' block size (their ``--block-size`` default), in words
+WORD_BLOCK_SIZE: Final = DEFAULT_BLOCK_SIZE
+
+
+def as_words(sessions: Sequence[Session]) -> list[Session]:
+    """The sessions with every token-id prompt (the trace replay's numpy arrays) turned into words."""
+    return [replace(s, requests=tuple(_as_words(r) for r in s.requests)) for s in sessions]
+
+
+def _as_words(request: WorkRequest) -> WorkRequest:
+    prompt = request.body.get("prompt")
+    if not isinstance(prompt, np.ndarray):
+        return request
+    body: dict[str, Any] = {**request.body, "prompt": " ".join(f"w{int(i)}" for i in prompt)}
+    return replace(request, body=body)
+
+
+def worker_tokens_per_token(kvgate: Sequence[Session], foreign: Sequence[Session]) -> float:
+    """Foreign-worker tokens (words) per kvgate-sim token (bytes, or trace token ids) of the same requests."""
+    words = tokens = 0
+    kvgate_bundle, word_bundle = byte_bundle(DEFAULT_MODEL), foreign_bundle(DEFAULT_MODEL)
+    for ks, fs in zip(kvgate, foreign, strict=True):
+        for kr, fr in zip(ks.requests, fs.requests, strict=True):
+            tokens += prompt_blocks(kr.body, Endpoint(kr.endpoint), kvgate_bundle).num_tokens
+            words += prompt_blocks(fr.body, Endpoint(fr.endpoint), word_bundle).num_tokens
+    return words / tokens if tokens else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFleet:
+    """The workers a case runs on (``--fleet``) and the units their usage is in.
+
+    Attributes:
+        foreign: ``--sim --foreign`` workers (else kvgate's own ``--sim``).
+        kv_tokens: each worker's ``--kv-tokens``, in its own tokens.
+        prefill_tps: each worker's ``--prefill-tps``, in its own tokens.
+        units_ratio: worker tokens per kvgate-sim token of this workload (1 on the kvgate fleet).
+    """
+
+    foreign: bool
+    kv_tokens: int
+    prefill_tps: float
+    units_ratio: float = 1.0
+
+    @classmethod
+    def scaled(cls, kv_tokens: int, prefill_tps: float, ratio: float) -> WorkerFleet:
+        """A foreign fleet as loaded by its workload as the kvgate one of ``kv_tokens``/``prefill_tps``."""
+        blocks = max(1, round(kv_tokens * ratio / WORD_BLOCK_SIZE))
+        return cls(True, blocks * WORD_BLOCK_SIZE, prefill_tps * ratio, ratio)
+
+    def worker_args(self, decode_tps: float, max_running: int) -> tuple[str, ...]:
+        sim = ("--prefill-tps", f"{self.prefill_tps:g}", "--decode-tps", f"{decode_tps:g}")
+        mode = ("--foreign",) if self.foreign else ()
+        return (*mode, "--kv-tokens", str(self.kv_tokens), *sim, "--max-running", str(max_running))
+
+    def bundle(self) -> TokenizerBundle:
+        """How the workers tokenize (the ideal cache counts in their units)."""
+        return foreign_bundle(DEFAULT_MODEL) if self.foreign else byte_bundle()
+
+    def describe(self) -> str:
+        if not self.foreign:
+            return (
+                f"fleet: kvgate (--sim workers, KV events; {self.kv_tokens} tokens of KV and "
+                f"{self.prefill_tps:g} prefill tokens/s each)"
+            )
+        return (
+            f"fleet: foreign (--sim --foreign workers: whitespace-word tokens, no KV events, no tokenizer; "
+            f"gateway on default flags + #kv_tokens={self.kv_tokens}; {self.kv_tokens} words of KV and "
+            f"{self.prefill_tps:.0f} prefill words/s each = the kvgate fleet's at "
+            f"{self.units_ratio:.3f} words per kvgate token)"
+        )
