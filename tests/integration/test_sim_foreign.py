@@ -106,3 +106,34 @@ def test_zero_config_gateway_is_generic_openai_on_bytes(workers: list[str], tmp_
         assert "no exact tokenizer" in text and "byte tokenizer" in text, text
     finally:
         stop_process(proc)
+
+
+def test_the_gateway_learns_the_workers_units_and_predicts_in_its_tokens(
+    workers: list[str], tmp_path: Path
+) -> None:
+    port = free_port()
+    log = tmp_path / "gateway.log"
+    flags = [a for url in workers for a in ("--worker", url + "#kv_tokens=4096")]
+    proc = start_process(kvgate_cmd("gateway", "--port", str(port), *flags), log=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(proc, base + "/ready", logs=log, timeout_s=60)
+        body = _chat(" ".join(f"question{i} about units" for i in range(40)))  # ~220 words, ~1.5 KB
+        for _ in range(3):
+            reply = httpx.post(base + "/v1/chat/completions", json=body, timeout=30)
+            assert reply.status_code == 200, reply.text
+        predicted = int(reply.headers["x-kvgate-prefix-hit"])
+        cached = reply.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert cached > 100
+        # the prediction is counted in the worker's words (in whole 16-word blocks), not in the gateway's bytes
+        assert abs(predicted - cached) <= 16, (predicted, cached)
+
+        rows = {w["id"]: w for w in httpx.get(base + "/admin/workers", timeout=5).json()["workers"]}
+        units = rows[reply.headers["x-kvgate-worker"]]["engine"]["units"]
+        ratio = units["gateway_tokens_per_engine_token"]
+        assert 4 < ratio < 12, units  # bytes per whitespace word, learned from usage.prompt_tokens
+        assert units["usage_samples"] >= 1
+        expected = 4096 * ratio * units["capacity_scale"] / 64  # the worker's 4,096 words in 64-byte blocks
+        assert abs(units["assumed_capacity_blocks"] - expected) <= 0.05 * expected, units
+    finally:
+        stop_process(proc)
