@@ -1,7 +1,9 @@
 """Routing quality on a simulated fleet: hit rate vs the ideal single cache, TTFT, imbalance, replicas.
 
 Run: ``python -m loadtest.bench_routing [--quick] [--fleet kvgate|foreign]
-[--scenarios multi_turn,shared_prefix,trace] [--cases rr,ll,pca,pca_x4] [--out DIR]``.
+[--scenarios multi_turn,shared_prefix,trace] [--cases rr,ll,pca,pca_x4] [--trace-speedup 10]
+[--prefill-tps 20000] [--out DIR]``.
+Each scenario ends with the prefill utilisation per case (uncached prompt tokens over the fleet's capacity).
 
 Every case starts a fresh fleet (``loadtest.fleet``): 8 simulated workers whose KV caches (16k tokens
 each) are much smaller than the working set, prefill-dominated timings like a GPU fleet (20k prompt
@@ -116,8 +118,14 @@ def _shared_prefix(quick: bool) -> list[Session]:
 TRACE_OPTIONS = TraceOptions(speedup=10.0, scale=32, max_output_tokens=16)
 
 
-def _trace(quick: bool) -> list[Session]:
-    return trace_sessions(TRACE, replace(TRACE_OPTIONS, limit=400 if quick else 1000))
+def _trace(quick: bool, speedup: float = TRACE_OPTIONS.speedup) -> list[Session]:
+    return trace_sessions(TRACE, replace(TRACE_OPTIONS, limit=400 if quick else 1000, speedup=speedup))
+
+
+def prefill_utilisation(run: RunResult, prefill_tps: float, workers: int = NUM_WORKERS) -> float:
+    """Uncached prompt tokens computed over what the fleet could prefill in the run's wall time."""
+    work = sum(max(0, r.prompt_tokens - r.cached_tokens) for r in run.records if r.ok)
+    return work / (prefill_tps * workers * run.wall_s) if run.wall_s > 0 else float("nan")
 
 
 SCENARIOS = {
@@ -328,15 +336,17 @@ def table(results: Sequence[CaseResult], prefill_tps: float = PREFILL_TPS) -> st
     return "\n".join(lines) + "\n"
 
 
-def _workload(scenario: Scenario, quick: bool, *, foreign: bool) -> tuple[list[Session], WorkerFleet]:
+def _workload(
+    scenario: Scenario, quick: bool, *, foreign: bool, prefill_tps: float = PREFILL_TPS
+) -> tuple[list[Session], WorkerFleet]:
     """The scenario's sessions and the workers to run them on (``--fleet foreign``: word prompts, and a fleet
     scaled to the workload's words per kvgate token; see ``loadtest.foreign_fleet``)."""
     sessions = scenario.sessions(quick)
     if not foreign:
-        return sessions, KVGATE_FLEET
+        return sessions, replace(KVGATE_FLEET, prefill_tps=prefill_tps)
     words = as_words(sessions)
     ratio = worker_tokens_per_token(sessions, words)
-    return words, WorkerFleet.scaled(KV_TOKENS, PREFILL_TPS, ratio)
+    return words, WorkerFleet.scaled(KV_TOKENS, prefill_tps, ratio)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -352,7 +362,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="kvgate",
         help="kvgate: --sim workers with KV events; foreign: --sim --foreign ones (no events, word tokens)",
     )
+    ap.add_argument(
+        "--trace-speedup", type=float, default=TRACE_OPTIONS.speedup,
+        help="replay the trace this many times faster than recorded (raise it until queueing exists)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--prefill-tps", type=float, default=PREFILL_TPS,
+        help="each kvgate-fleet worker's prefill rate (the foreign fleet's is scaled from it); lower it to "
+        "load the fleet",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    scenarios = dict(SCENARIOS)
+    if args.trace_speedup != TRACE_OPTIONS.speedup:
+        scenarios["trace"] = replace(
+            SCENARIOS["trace"], sessions=lambda quick: _trace(quick, args.trace_speedup)
+        )
     names, cases = args.scenarios.split(","), args.cases.split(",")
     unknown = [n for n in names if n not in SCENARIOS] + [c for c in cases if c not in CASES]
     if unknown:
@@ -360,14 +384,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     report = [f"# bench_routing ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", ""]
     for name in names:
-        scenario = SCENARIOS[name]
-        sessions, workers = _workload(scenario, args.quick, foreign=args.fleet == "foreign")
+        scenario = scenarios[name]
+        sessions, workers = _workload(
+            scenario, args.quick, foreign=args.fleet == "foreign", prefill_tps=args.prefill_tps
+        )
         results = []
         for key in cases:
             t0 = time.monotonic()
             results.append(run_case(scenario, CASES[key], sessions, args.out, args.pca_params, workers))
             print(f"[{name}] {key} done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-        text = f"## {name}\n\n{workers.describe()}\n\n{table(results, workers.prefill_tps)}"
+        utilisation = ", ".join(
+            f"{r.case.name} {prefill_utilisation(r.run, workers.prefill_tps):.2f}" for r in results
+        )
+        text = (
+            f"## {name}\n\n{workers.describe()}\n\n{table(results, workers.prefill_tps)}\n"
+            f"prefill utilisation (uncached prompt tokens / the fleet's prefill capacity): {utilisation}\n"
+        )
         print(text, flush=True)
         report.append(text)
     (args.out / "report.md").write_text("\n".join(report), encoding="utf-8")
