@@ -35,7 +35,7 @@ from gateway.proxy.forward import Proxy
 from gateway.proxy.upstream import UpstreamQueue, open_upstream
 from gateway.routing.parity_gate import parity_reports, parity_targets, refuse_precise
 from gateway.routing.router import Router
-from gateway.settings import BYTE_BLOCK_SIZE, Settings, WorkerSpec, parse_pool_settings
+from gateway.settings import BYTE_BLOCK_SIZE, DEFAULT_BLOCK_SIZE, Settings, WorkerSpec, parse_pool_settings
 from gateway.state.factory import open_state
 from gateway.state.protocols import LoadBoard, State
 from gateway.state.recent import RecentConfig
@@ -129,7 +129,7 @@ class AnalyzerChoice:
 
     analyzer: PromptAnalyzer | None
     approximate_only: bool = False
-    block_size: int = 16  # the block size the analyzer hashes in (the byte fallback's own by default)
+    block_size: int = DEFAULT_BLOCK_SIZE  # the block size the analyzer hashes in
 
 
 async def build_analyzer(settings: Settings, policy: Policy, client: httpx.AsyncClient) -> AnalyzerChoice:
@@ -214,12 +214,11 @@ def _open_kv(
     hooks: FeedHooks | None = None,
 ) -> AbstractAsyncContextManager[KVService]:
     """The KV service; with Redis state its backplane runs on the state's one Redis client."""
-    units = CapacityConfig(initial_ratio=1.0 if settings.exact_tokens else BYTES_PER_TOKEN)
-    config = KVServiceConfig(units=units)
-    if settings.kv_index == "approximate":
-        config = KVServiceConfig(approximate=ApproximateIndexConfig(), units=units)
-    elif settings.kv_index == "auto":
-        config = KVServiceConfig(follow_fleet=True, units=units)
+    config = KVServiceConfig(
+        approximate=ApproximateIndexConfig() if settings.kv_index == "approximate" else None,
+        follow_fleet=settings.kv_index == "auto",
+        units=CapacityConfig(initial_ratio=1.0 if settings.exact_tokens else BYTES_PER_TOKEN),
+    )
     cm: AbstractAsyncContextManager[KVService] = open_kv_service(
         state_url=settings.state_url,
         redis=state.redis,

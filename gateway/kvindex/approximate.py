@@ -111,9 +111,8 @@ class ApproximateKVIndex:
 
     def remove_worker(self, worker: str) -> None:
         """Forget everything assumed about ``worker`` (it left), its capacity included."""
-        self.forget(worker)
         self._capacity.pop(worker, None)
-        self._reshare()
+        self.forget(worker)
 
     def forget(self, worker: str) -> None:
         """Forget where ``worker``'s blocks are assumed to be (its capacity stays)."""
@@ -144,9 +143,10 @@ class ApproximateKVIndex:
         known = len(self._capacity.keys() | self._recent.keys())
         share = self.config.max_blocks // max(1, known)
         if share < self._share:  # a smaller share: trim the others down to it now
+            now = self._clock()
             for worker, recent in self._recent.items():
                 if len(recent) > share:
-                    self._trim(self._bits.get(worker), recent, self._clock(), share)
+                    self._trim(self._bits.get(worker), recent, now, share)
         self._share = share
 
     def _trim(self, bit: int, recent: OrderedDict[int, float], now: float, capacity: int) -> None:

@@ -114,13 +114,11 @@ class KVService:
         self.index: KVIndex = index
         self.is_approximate = isinstance(index, ApproximateKVIndex)
         self.hybrid = index if isinstance(index, HybridKVIndex) else None
-        approximate = index if isinstance(index, ApproximateKVIndex) else None
-        if self.hybrid is not None:
-            approximate = self.hybrid.approximate
+        approximate = self.hybrid.approximate if self.hybrid is not None else index
         #: each worker's units and assumed cache size (None: no approximate index)
         self.units = (
             CapacityLearner(approximate, block_size=feed.block_size, config=units)
-            if approximate is not None
+            if isinstance(approximate, ApproximateKVIndex)
             else None
         )
         self.aliases = AliasMap()
