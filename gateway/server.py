@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import logging
 import math
@@ -17,9 +18,11 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from gateway.app import GatewayApp, create_app
+from gateway.child_process import ChildRole, label_logs, reuse_port_socket, tag_responses
 from gateway.deps import Deps, DepsOverrides, preflight
 from gateway.errors import ConfigError
 from gateway.observability.logging import configure as configure_logging
+from gateway.processes import Supervisor, find_redis_server, parse_processes, private_redis
 from gateway.reload import WorkerSource
 from gateway.security.setup import SecuritySettings, add_security_arguments, security_from_args, wrap_app
 from gateway.settings import (
@@ -124,6 +127,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="on: read each engine's own load signal (running, waiting, KV usage); off: the gateway's "
         "in-flight count only (for comparisons)",
     )  # fmt: skip
+    parser.add_argument(
+        "--response-ttl-s", type=float, default=24 * 3600.0,
+        help="how long the gateway remembers which worker stored a Responses API response "
+        "(previous_response_id and /v1/responses/{id} go there)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--response-max-entries", type=int, default=100_000,
+        help="stored-response owners remembered per gateway process (least recently used go first)",
+    )  # fmt: skip
     parser.add_argument("--log-level", default="warning", help="debug | info | warning | error")
     parser.add_argument(
         "--log-format", default="text", choices=["text", "json"], help="log lines as text or JSON"
@@ -132,7 +144,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--shutdown-grace-s", type=float, default=30.0,
         help="on SIGTERM: stop accepting, let in-flight requests finish for up to this long",
     )  # fmt: skip
+    parser.add_argument(
+        "--processes", type=_processes, default="1",
+        help="gateway processes serving the port (SO_REUSEPORT) under a supervising parent; auto: the cores "
+        "this process may use. They share routing state through --state redis://…; with memory state, "
+        "through a private redis-server (from PATH) the parent runs",
+    )  # fmt: skip
+    parser.add_argument("--process-index", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     add_security_arguments(parser)
+
+
+def _processes(text: str) -> int:
+    try:
+        return parse_processes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _worker_source(argv: Sequence[str]) -> WorkerSource:
@@ -175,17 +202,32 @@ def _state_redis(app: GatewayApp) -> Callable[[], Redis | None]:
 
 
 def serve(
-    settings: Settings, security: SecuritySettings, grace_s: float, reload_source: WorkerSource | None = None
+    settings: Settings,
+    security: SecuritySettings,
+    grace_s: float,
+    reload_source: WorkerSource | None = None,
+    child: ChildRole | None = None,
 ) -> bool:
-    """Run the gateway until SIGINT/SIGTERM (graceful: in-flight requests get ``grace_s``).
+    """Run the gateway until SIGINT/SIGTERM (graceful: in-flight requests get ``grace_s``); as ``child``
+    of a ``--processes`` parent, on a port it shares with its siblings.
 
     Raises:
         ConfigError: the preflight (``gateway.deps.preflight``) found the configuration unworkable.
     """
-    check_port_free(settings.host, settings.port)
+    sockets = None
+    if child is None:
+        check_port_free(settings.host, settings.port)
+    else:
+        try:
+            sockets = [reuse_port_socket(settings.host, settings.port)]
+        except OSError as exc:
+            raise ConfigError(
+                f"--host {settings.host} --port {settings.port}: cannot listen there ({exc.strerror})"
+            ) from None
     settings, deps = asyncio.run(preflight(settings))
+    app = build_asgi(settings, security, reload_source, deps)
     config = uvicorn.Config(
-        build_asgi(settings, security, reload_source, deps),
+        app if child is None else tag_responses(app, child.index),
         host=settings.host,
         port=settings.port,
         loop="uvloop",
@@ -197,13 +239,60 @@ def serve(
         timeout_keep_alive=30,
         timeout_graceful_shutdown=max(1, math.ceil(grace_s)),
     )
-    server = uvicorn.Server(config)
+    server = _Server(config, child.report_ready if child is not None else None)
     # Everything imported so far (FastAPI, pydantic, the routes' models: ~100k objects) lives as long as the
     # process; frozen, the garbage collector stops rescanning it on every full collection (measured:
     # streaming CPU per request 170 → 151-160 µs in loadtest.bench_proxy).
     gc.freeze()
-    server.run()
+    server.run(sockets)
     return server.started
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, calling ``on_started`` once it serves (a ``--processes`` child tells its parent)."""
+
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self._on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._on_started is not None:
+            self._on_started()
+
+
+def supervise(num_processes: int, settings: Settings, argv: Sequence[str], grace_s: float) -> int | None:
+    """Run ``num_processes`` gateway processes under this one (``gateway.processes``); None when they
+    cannot share routing state (memory state and no ``redis-server``): the caller serves alone.
+
+    Raises:
+        ConfigError: the address is taken or the preflight failed (checked before any child starts).
+    """
+    redis_server = find_redis_server() if settings.state_url == "memory" else None
+    if settings.state_url == "memory" and redis_server is None:
+        logger.warning(
+            "--processes %d needs shared routing state: give --state redis://… or put redis-server on "
+            "PATH; serving with 1 process", num_processes,
+        )  # fmt: skip
+        return None
+    check_port_free(settings.host, settings.port)
+    asyncio.run(preflight(settings))
+    with contextlib.ExitStack() as stack:
+        state_url = settings.state_url
+        if redis_server is not None:
+            try:
+                state_url = stack.enter_context(private_redis(redis_server))
+            except RuntimeError as exc:
+                sys.stderr.write(f"kvgate gateway: {exc}\n")
+                return 1
+
+        def command(index: int, ready_fd: int | None) -> list[str]:
+            ready = ["--ready-fd", str(ready_fd)] if ready_fd is not None else []
+            return [sys.executable, "-m", "kvgate.cli", *argv, "--processes", "1", "--state", state_url,
+                    "--process-index", str(index), *ready]  # fmt: skip
+
+        code: int = Supervisor(num_processes, command, grace_s).run()
+    return code
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -258,6 +347,9 @@ def raise_open_files_limit(
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, json=args.log_format == "json")
+    child = ChildRole(args.process_index, args.ready_fd) if args.process_index is not None else None
+    if child is not None:
+        label_logs(child.index, json=args.log_format == "json")
     try:
         settings = from_args(args)
         security = security_from_args(args)
@@ -265,8 +357,12 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("give at least one --worker URL (or KVGATE_WORKER / worker: in --config)")
         raise_open_files_limit(settings)
         argv = ["gateway", *sys.argv[sys.argv.index("gateway") + 1 :]] if "gateway" in sys.argv else None
+        if args.processes > 1 and child is None and argv is not None:
+            code = supervise(args.processes, settings, argv, args.shutdown_grace_s)
+            if code is not None:
+                return code
         source = _worker_source(argv) if argv is not None else None
-        started = serve(settings, security, args.shutdown_grace_s, source)
+        started = serve(settings, security, args.shutdown_grace_s, source, child)
     except ConfigError as exc:
         sys.stderr.write(f"kvgate gateway: {exc.message}\n")
         return 2

@@ -1,14 +1,27 @@
 """Gateway overhead benchmark: added latency at 1 connection and requests/s at 64, streaming and not.
 
-Runs everything on loopback, bounded in time: N instant mock workers (a tiny asyncio HTTP server that
-answers a canned completion) or sim workers (``--workers sim``), the gateway (``kvgate gateway`` with
-``round_robin``, no tokenizer), and a load client in its own process. Prints one table:
+Runs everything on loopback, bounded in time and count (``--duration-s`` and ``--max-requests`` per
+measurement): N instant mock workers (a tiny asyncio HTTP server that answers a canned completion) or sim
+workers (``--workers sim``), each router in turn (``kvgate gateway`` with ``round_robin``, no tokenizer,
+first), and a load client in its own process. Prints one table for kvgate:
 
 - p50/p99 latency at 1 keep-alive connection, direct to a worker and through the gateway, side by side;
 - requests/s at 64 connections through the gateway;
-- gateway CPU per request (µs, from ``/proc/<pid>/stat``: the steadier figure on a shared 2-core VM).
+- gateway CPU per request (µs, from ``/proc/<pid>/stat`` of the gateway's whole process tree: the steadier
+  figure on a shared 2-core VM).
 
-Usage: ``python -m loadtest.bench_proxy [--duration-s 5] [--connections 64] [--workers mock|sim]``.
+Other routers, off by default, add a side-by-side table (req/s and CPU µs per request at 1 and 64
+connections, streaming and not, added p50/p99 at 1 connection against calling a worker directly):
+
+- ``--kvgate-variant 'NAME=ARGS'``: kvgate again with extra flags (``'kvgate x2=--processes 2'``);
+- ``--router-cmd 'NAME=COMMAND'``: any router; COMMAND is split like a shell line and has ``{port}``,
+  ``{workers}`` (the worker URLs, space-separated), optionally ``{metrics_port}`` (loadtest.router_cmd);
+- ``--peer vllm-router[:cache_aware]`` / ``--peer sglang-router[:cache_aware]`` with ``--peer-venv PATH``
+  (default ``/tmp/peer-routers``, made by ``python3 -m venv /tmp/peer-routers && /tmp/peer-routers/bin/pip
+  install vllm-router==0.1.17 sglang-router==0.3.2``).
+
+Usage: ``python -m loadtest.bench_proxy [--duration-s 5] [--connections 64] [--workers mock|sim]
+[--kvgate-variant 'kvgate x2=--processes 2'] [--peer vllm-router --peer sglang-router]``.
 
 Measured 2026-12-02 on the shared 2-core VM (load average 5-9 from other jobs, so req/s swings by 2x;
 the load client shares the two cores), 4 mock workers, round_robin, ``--duration-s 5``, three runs:
@@ -24,11 +37,13 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +51,7 @@ import httpx
 
 from kvgate_core.net import free_ports
 from loadtest.fleet import free_port
+from loadtest.router_cmd import PEER_TEMPLATES, RouterCommand, parse_router_cmd, peer_command, tree_cpu_s
 
 _COMPLETION = json.dumps({
     "id": "cmpl-bench", "object": "chat.completion", "created": 0, "model": "mock",
@@ -50,6 +66,8 @@ _MODELS = b'{"object":"list","data":[{"id":"mock","object":"model","owned_by":"b
 _LOAD = b'{"running":0,"waiting":0,"kv_usage":0.0}'
 _BODY = b'{"model":"mock","messages":[{"role":"user","content":"Say hello, please."}],"max_tokens":8}'
 _STREAM_BODY = _BODY[:-1] + b',"stream":true}'
+
+_Cell = dict[str, float]  # one measurement: requests, rps, p50_ms, p99_ms, errors (+ cpu_us)
 
 
 def _http_response(body: bytes, ctype: bytes = b"application/json") -> bytes:
@@ -118,14 +136,15 @@ async def _read_response(reader: asyncio.StreamReader) -> None:
 
 
 async def _client_conn(
-    port: int, request: bytes, deadline: float, latencies: list[float], errors: list[str]
+    port: int, request: bytes, deadline: float, latencies: list[float], errors: list[str], limit: int
 ) -> int:
-    """Send requests back to back on one keep-alive connection until ``deadline``; reconnect on errors."""
+    """Send requests back to back on one keep-alive connection until ``deadline`` or until ``latencies``
+    holds ``limit`` (shared by the connections); reconnect on errors."""
     done = 0
-    while time.perf_counter() < deadline:
+    while time.perf_counter() < deadline and len(latencies) < limit:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
-            while time.perf_counter() < deadline:
+            while time.perf_counter() < deadline and len(latencies) < limit:
                 start = time.perf_counter()
                 writer.write(request)
                 await _read_response(reader)
@@ -138,7 +157,9 @@ async def _client_conn(
     return done
 
 
-async def _run_client(port: int, connections: int, duration_s: float, stream: bool) -> dict[str, float]:
+async def _run_client(
+    port: int, connections: int, duration_s: float, stream: bool, max_requests: int
+) -> _Cell:
     body = _STREAM_BODY if stream else _BODY
     request = (
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
@@ -146,12 +167,12 @@ async def _run_client(port: int, connections: int, duration_s: float, stream: bo
     )
     warm: list[float] = []
     errors: list[str] = []
-    await _client_conn(port, request, time.perf_counter() + 0.3, warm, errors)
+    await _client_conn(port, request, time.perf_counter() + 0.3, warm, errors, max_requests)
     latencies: list[float] = []
     start = time.perf_counter()
     deadline = start + duration_s
     counts = await asyncio.gather(
-        *(_client_conn(port, request, deadline, latencies, errors) for _ in range(connections))
+        *(_client_conn(port, request, deadline, latencies, errors, max_requests) for _ in range(connections))
     )
     elapsed = time.perf_counter() - start
     latencies.sort()
@@ -164,17 +185,14 @@ async def _run_client(port: int, connections: int, duration_s: float, stream: bo
     }
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+@dataclass(frozen=True, slots=True)
+class _Router:
+    """A router process to measure: its table name, argv (rendered) and readiness path."""
 
-
-@dataclass
-class _Fleet:
-    procs: list[subprocess.Popen[bytes]]
-    worker_ports: list[int]
-    gateway: subprocess.Popen[bytes]
-    gateway_port: int
+    name: str
+    argv: list[str]
+    port: int
+    ready_path: str
 
 
 def _spawn(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
@@ -194,7 +212,9 @@ def wait_http(url: str, timeout_s: float = 30.0) -> None:
     raise TimeoutError(f"{url} not ready within {timeout_s}s")
 
 
-def _start_fleet(kind: str, num_workers: int, logs: Path, gateway_args: Sequence[str] = ()) -> _Fleet:
+def _start_workers(
+    kind: str, num_workers: int, logs: Path
+) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
     py = sys.executable
     procs: list[subprocess.Popen[bytes]] = []
     ports = free_ports(num_workers)
@@ -211,58 +231,121 @@ def _start_fleet(kind: str, num_workers: int, logs: Path, gateway_args: Sequence
     except TimeoutError:
         _stop(procs)
         raise
-    gw_port = free_port()
-    gw_cmd = [py, "-m", "kvgate.cli", "gateway", "--port", str(gw_port), "--policy", "round_robin",
-              "--tokenizer", "none", *[f"--worker=http://127.0.0.1:{p}" for p in ports],
-              *gateway_args]  # fmt: skip
-    gateway = _spawn(gw_cmd, logs / "gateway.log")
-    procs.append(gateway)
-    try:
-        wait_http(f"http://127.0.0.1:{gw_port}/ready")
-    except TimeoutError:
-        _stop(procs)
-        raise
-    return _Fleet(procs, ports, gateway, gw_port)
+    return procs, ports
+
+
+def kvgate_router(name: str, worker_ports: Sequence[int], gateway_args: Sequence[str]) -> _Router:
+    """kvgate (``round_robin``, no tokenizer) in front of the workers, with extra gateway flags."""
+    port = free_port()
+    argv = [sys.executable, "-m", "kvgate.cli", "gateway", "--port", str(port), "--policy", "round_robin",
+            "--tokenizer", "none", *[f"--worker=http://127.0.0.1:{p}" for p in worker_ports],
+            *gateway_args]  # fmt: skip
+    return _Router(name, argv, port, "/ready")
+
+
+def command_router(cmd: RouterCommand, worker_ports: Sequence[int]) -> _Router:
+    port, metrics_port = free_ports(2)
+    argv = cmd.render(port, [f"http://127.0.0.1:{p}" for p in worker_ports], metrics_port)
+    return _Router(cmd.name, argv, port, cmd.ready_path)
 
 
 def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each process's group (a supervising router forwards it to its children), then wait."""
     for proc in procs:
-        proc.terminate()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
     for proc in procs:
-        proc.wait(10)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
 
 
-def _client(port: int, connections: int, duration_s: float, stream: bool) -> dict[str, float]:
+def _client(port: int, connections: int, duration_s: float, stream: bool, max_requests: int) -> _Cell:
     cmd = [sys.executable, "-m", "loadtest.bench_proxy", "--client",
-           json.dumps([port, connections, duration_s, stream])]  # fmt: skip
+           json.dumps([port, connections, duration_s, stream, max_requests])]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, check=True, timeout=duration_s + 60)
-    result: dict[str, float] = json.loads(out.stdout)
+    result: _Cell = json.loads(out.stdout)
     return result
 
 
-def _bench(fleet: _Fleet, duration_s: float, connections: int) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class _Load:
+    duration_s: float
+    connections: int
+    max_requests: int
+
+
+def _measure(router: _Router, pid: int, load: _Load, stream: bool) -> tuple[_Cell, _Cell]:
+    """The router at 1 connection and at ``load.connections``, each with its CPU µs per request."""
+    cells = []
+    for conns in (1, load.connections):
+        cpu0 = tree_cpu_s(pid)
+        cell = _client(router.port, conns, load.duration_s, stream, load.max_requests)
+        cell["cpu_us"] = (tree_cpu_s(pid) - cpu0) * 1e6 / max(1.0, cell["requests"])
+        cells.append(cell)
+    return cells[0], cells[1]
+
+
+def _bench_router(router: _Router, logs: Path, load: _Load) -> dict[bool, tuple[_Cell, _Cell]]:
+    proc = _spawn(router.argv, logs / f"router-{router.port}.log")
+    try:
+        wait_http(f"http://127.0.0.1:{router.port}{router.ready_path}", timeout_s=90)
+        time.sleep(1.0)  # let a multi-process router's last process join before measuring
+        return {stream: _measure(router, proc.pid, load, stream) for stream in (False, True)}
+    finally:
+        _stop([proc])
+
+
+def _mode(stream: bool) -> str:
+    return "stream" if stream else "non-stream"
+
+
+def _overhead_rows(direct: Mapping[bool, _Cell], cells: Mapping[bool, tuple[_Cell, _Cell]]) -> list[str]:
+    """The original table's rows (one router)."""
     rows = []
-    for stream in (False, True):
-        direct = _client(fleet.worker_ports[0], 1, duration_s, stream)
-        via = _client(fleet.gateway_port, 1, duration_s, stream)
-        cpu0 = _cpu_s(fleet.gateway.pid)
-        many = _client(fleet.gateway_port, connections, duration_s, stream)
-        cpu_us = (_cpu_s(fleet.gateway.pid) - cpu0) * 1e6 / max(1.0, many["requests"])
+    for stream, (via, many) in cells.items():
+        d = direct[stream]
         rows.append(
-            f"| {'stream' if stream else 'non-stream':10} | {direct['p50_ms']:6.3f} | {via['p50_ms']:6.3f} | "
-            f"{via['p50_ms'] - direct['p50_ms']:+6.3f} | {direct['p99_ms']:6.3f} | {via['p99_ms']:6.3f} | "
-            f"{many['rps']:8.0f} | {many['p50_ms']:6.2f} | {cpu_us:6.0f} | "
+            f"| {_mode(stream):10} | {d['p50_ms']:6.3f} | {via['p50_ms']:6.3f} | "
+            f"{via['p50_ms'] - d['p50_ms']:+6.3f} | {d['p99_ms']:6.3f} | {via['p99_ms']:6.3f} | "
+            f"{many['rps']:8.0f} | {many['p50_ms']:6.2f} | {many['cpu_us']:6.0f} | "
             f"{many['errors'] + via['errors']:.0f} |"
         )
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def side_by_side(
+    direct: Mapping[bool, _Cell], results: Mapping[str, Mapping[bool, tuple[_Cell, _Cell]]], connections: int
+) -> str:
+    """Every router's figures in one table, a row per router and mode."""
+    lines = [
+        f"| router | mode | req/s @1 | CPU µs/req @1 | req/s @{connections} | CPU µs/req @{connections} | "
+        "added p50 @1 ms | added p99 @1 ms | errors |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for stream in (False, True):
+        d = direct[stream]
+        for name, cells in results.items():
+            one, many = cells[stream]
+            lines.append(
+                f"| {name} | {_mode(stream)} | {one['rps']:.0f} | {one['cpu_us']:.0f} | {many['rps']:.0f} | "
+                f"{many['cpu_us']:.0f} | {one['p50_ms'] - d['p50_ms']:+.3f} | "
+                f"{one['p99_ms'] - d['p99_ms']:+.3f} | {one['errors'] + many['errors']:.0f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m loadtest.bench_proxy", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--duration-s", type=float, default=5.0, help="seconds per measurement (default 5)")
     parser.add_argument("--connections", type=int, default=64, help="connections for the req/s run")
+    parser.add_argument(
+        "--max-requests", type=int, default=500_000, help="cap on the requests of one measurement"
+    )
     parser.add_argument(
         "--workers", choices=["mock", "sim"], default="mock", help="instant mocks or sim workers"
     )
@@ -271,32 +354,70 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--gateway-arg", action="append", default=[],
         help="extra gateway flag, repeatable, e.g. --gateway-arg=--trace (tracing overhead)",
     )  # fmt: skip
+    parser.add_argument(
+        "--kvgate-variant", action="append", default=[], metavar="NAME=ARGS",
+        help="another kvgate run with extra flags, repeatable, e.g. 'kvgate x2=--processes 2'",
+    )  # fmt: skip
+    parser.add_argument(
+        "--router-cmd", action="append", default=[], metavar="NAME=COMMAND",
+        help="another router to measure, repeatable; COMMAND has {port} and {workers} (and {metrics_port})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--peer", action="append", default=[], metavar="PEER[:POLICY]",
+        help=f"a preset router, repeatable: {', '.join(PEER_TEMPLATES)}; POLICY round_robin|cache_aware",
+    )  # fmt: skip
+    parser.add_argument(
+        "--peer-venv", type=Path, default=Path("/tmp/peer-routers"), help="venv holding the peers"
+    )
     parser.add_argument("--serve-mock", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--client", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _routers(args: argparse.Namespace, worker_ports: Sequence[int]) -> list[_Router]:
+    routers = [kvgate_router("kvgate", worker_ports, args.gateway_arg)]
+    for variant in args.kvgate_variant:
+        name, _, extra = variant.partition("=")
+        routers.append(kvgate_router(name, worker_ports, [*args.gateway_arg, *shlex.split(extra)]))
+    commands = [parse_router_cmd(spec) for spec in args.router_cmd]
+    commands += [peer_command(spec, args.peer_venv) for spec in args.peer]
+    routers += [command_router(cmd, worker_ports) for cmd in commands]
+    return routers
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     import uvloop
 
     if args.serve_mock is not None:
         uvloop.run(_serve_mock(args.serve_mock))
         return 0
     if args.client is not None:
-        port, conns, duration_s, stream = json.loads(args.client)
-        sys.stdout.write(json.dumps(uvloop.run(_run_client(port, conns, duration_s, stream))))
+        port, conns, duration_s, stream, max_requests = json.loads(args.client)
+        sys.stdout.write(json.dumps(uvloop.run(_run_client(port, conns, duration_s, stream, max_requests))))
         return 0
+    load = _Load(args.duration_s, args.connections, args.max_requests)
+    results: dict[str, dict[bool, tuple[_Cell, _Cell]]] = {}
     with tempfile.TemporaryDirectory(prefix="kvgate-bench-") as tmp:
-        fleet = _start_fleet(args.workers, args.num_workers, Path(tmp), args.gateway_arg)
+        procs, ports = _start_workers(args.workers, args.num_workers, Path(tmp))
         try:
-            rows = _bench(fleet, args.duration_s, args.connections)
+            routers = _routers(args, ports)
+            direct = {s: _client(ports[0], 1, args.duration_s, s, args.max_requests) for s in (False, True)}
+            for router in routers:
+                results[router.name] = _bench_router(router, Path(tmp), load)
         finally:
-            _stop(fleet.procs)
+            _stop(procs)
     sys.stdout.write(
         f"gateway overhead, {args.num_workers} {args.workers} workers, {args.duration_s:g}s per cell, "
         f"{os.cpu_count()} CPUs\n"
         f"| mode       | direct p50 ms | gw p50 ms | added p50 | direct p99 | gw p99 | "
         f"req/s @{args.connections} | p50 @{args.connections} | gw CPU µs/req | errors |\n"
         "|---|---|---|---|---|---|---|---|---|---|\n"
-        + "\n".join(rows) + "\n"
+        + "\n".join(_overhead_rows(direct, results["kvgate"])) + "\n"
     )  # fmt: skip
+    if len(results) > 1:
+        sys.stdout.write("\nside by side (CPU: the router's whole process tree)\n")
+        sys.stdout.write(side_by_side(direct, results, args.connections))
     return 0
 
 
