@@ -32,6 +32,7 @@ from gateway.kvindex.index import KVIndex
 from gateway.kvindex.service import KVServiceConfig, open_kv_service
 from gateway.observability.metrics import Metrics
 from gateway.proxy.forward import Proxy
+from gateway.proxy.sticky import ResponseAffinity
 from gateway.proxy.upstream import UpstreamQueue, open_upstream
 from gateway.routing.parity_gate import parity_reports, parity_targets, refuse_precise
 from gateway.routing.router import Router
@@ -40,6 +41,12 @@ from gateway.state.factory import open_state
 from gateway.state.protocols import LoadBoard, State
 from gateway.state.recent import RecentConfig
 from gateway.state.redis_client import is_redis_url
+from gateway.state.response_owners import (
+    MemoryResponseOwners,
+    OwnersConfig,
+    RedisResponseOwners,
+    ResponseOwners,
+)
 from kvgate_core.h1 import H1Getter, H1Pool
 from kvgate_core.tokenize.bundle import byte_bundle
 from policies.api import Need, Policy, PolicyContext
@@ -292,10 +299,16 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
             feedback=PrefixFeedback(metrics.registry) if kv is not None else None,
             upstream_queue=UpstreamQueue(upstream), units=kv,
         )  # fmt: skip
+        owners_config = OwnersConfig(settings.response_max_entries, settings.response_ttl_s)
+        owners: ResponseOwners = (
+            RedisResponseOwners(state.redis, owners_config, ov.clock)
+            if state.redis is not None
+            else MemoryResponseOwners(owners_config, ov.clock)
+        )
         proxy = Proxy(
             pool=upstream, router=router, load=state.load, metrics=metrics,
             timeouts=settings.timeouts, limits=settings.upstream,
-            retry=settings.retry, rng=random.Random(),
+            retry=settings.retry, rng=random.Random(), affinity=ResponseAffinity(owners, fleet, probes),
         )  # fmt: skip
         health = HealthChecker(
             fleet, probes, state.load, interval_s=settings.health_interval_s,

@@ -7,6 +7,7 @@
     │   ├── InvalidRequest         400 invalid_request_error
     │   ├── Unauthorized           401 invalid_api_key (+ www-authenticate)
     │   ├── ModelNotFound          404 model_not_found
+    │   ├── ResponseNotFound       404 response_not_found (a Responses API id no worker holds)
     │   ├── NotFound               404 (admin resources)
     │   ├── Conflict               409 (admin resources)
     │   ├── BodyTooLarge           413
@@ -113,6 +114,11 @@ class RateLimited(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §
 class ModelNotFound(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
     status = 404
     default_code = "model_not_found"
+
+
+class ResponseNotFound(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+    status = 404
+    default_code = "response_not_found"
 
 
 class NotFound(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8

@@ -207,6 +207,9 @@ class Settings:
     kv_index: str = "auto"
     engine_load: bool = True  # read each engine's own load signal (off: the gateway's in-flight count only)
     log_level: str = "warning"
+    #: how long the gateway remembers which worker stored a Responses API response (``previous_response_id``)
+    response_ttl_s: float = 24 * 3600.0
+    response_max_entries: int = 100_000  # per replica (the Redis record is bounded by the TTL)
 
 
 def parse_worker(raw: str) -> WorkerSpec:
@@ -325,6 +328,10 @@ def from_args(args: argparse.Namespace) -> Settings:
         kv_index=_kv_index(getattr(args, "kv_index", "auto")),
         engine_load=getattr(args, "engine_load", "on") == "on",
         log_level=args.log_level,
+        response_ttl_s=_positive("response_ttl_s", getattr(args, "response_ttl_s", 24 * 3600.0)),
+        response_max_entries=int(
+            _positive("response_max_entries", getattr(args, "response_max_entries", 100_000))
+        ),
     )
 
 

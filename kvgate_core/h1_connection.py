@@ -156,6 +156,14 @@ class Target:
         head = b"POST %s%s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
         return head % (self.base_path, path, self.netloc, len(body)) + extra_headers + b"\r\n" + body
 
+    def request(self, method: bytes, path: bytes, body: bytes = b"", extra_headers: bytes = b"") -> bytes:
+        """Any request to ``base_path + path`` as one buffer; a body (JSON) goes with its length, a GET or
+        DELETE without one goes without."""
+        head = b"%s %s%s HTTP/1.1\r\nhost: %s\r\n" % (method, self.base_path, path, self.netloc)
+        if body or method not in (b"GET", b"HEAD", b"DELETE"):
+            head += b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)
+        return head + extra_headers + b"\r\n" + body
+
     def get_request(self, path: bytes) -> bytes:
         """A GET of ``base_path + path``."""
         return b"GET %s%s HTTP/1.1\r\nhost: %s\r\n\r\n" % (self.base_path, path, self.netloc)

@@ -17,6 +17,7 @@ from kvgate_core.kvcontract.hashing import DEFAULT_BLOCK_SIZE
 if TYPE_CHECKING:
     from kvgate_core.tokenize.bundle import TokenizerBundle
     from workers.engine_api import Engine
+    from workers.server.response_store import ResponseStore
     from workers.sim.tier import SimTier
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--max-running", type=int, default=256, help="batch slots; further requests queue FIFO")
     a("--tokenizer", default=None, help="tokenizer.json, HF directory or .gguf (sim default: byte-level)")
     a("--seed", type=int, default=0, help="seed of the real engine's random weights/sampling")
+    a(
+        "--response-store-size",
+        type=int,
+        default=1024,
+        help="finished /v1/responses objects kept for retrieval and previous_response_id (0: none)",
+    )
+    a(
+        "--response-store-ttl",
+        type=float,
+        default=3600.0,
+        help="seconds a stored /v1/responses object is kept (default 3600)",
+    )
     a("--log-level", default="info", help="log level (debug, info, warning)")
     a("--otlp-endpoint", default=None, help="OTLP/HTTP traces endpoint: continue the gateway's traces")
     _sim_tier_arguments(parser)
@@ -70,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.foreign and not args.sim:
             raise ValueError("--foreign needs --sim (it makes the simulated worker look like another engine)")
+        store = _response_store(args)
         engine = _build_sim(args) if args.sim else _build_real(args)
     except (ValueError, OSError, _MissingEngineError) as exc:
         print(f"kvgate worker: {exc}", file=sys.stderr)
@@ -78,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     from workers.server.app import create_app
 
-    app: Any = create_app(engine, **_surface(args))
+    app: Any = create_app(engine, responses=store, **_surface(args))
     if args.otlp_endpoint:
         from kvgate_core.tracing import TracingMiddleware, build_tracer_provider
 
@@ -94,6 +108,13 @@ def run(args: argparse.Namespace) -> int:
 
 class _MissingEngineError(Exception):
     """The real engine is not installed or not built yet."""
+
+
+def _response_store(args: argparse.Namespace) -> ResponseStore:
+    """The store of finished ``/v1/responses`` objects, sized by ``--response-store-size/-ttl``."""
+    from workers.server.response_store import ResponseStore
+
+    return ResponseStore(args.response_store_size, args.response_store_ttl)
 
 
 def _surface(args: argparse.Namespace) -> dict[str, Any]:

@@ -14,12 +14,18 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final, Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from kvgate_core.kvcontract.events import KVEvent
 
 if TYPE_CHECKING:
     from kvgate_core.tokenize.bundle import TokenizerBundle
 
 DEFAULT_EVENT_QUEUE: Final = 65_536
+
+#: ``[inputs, dimension]`` float32 rows, each of unit L2 norm (``Engine.embed``)
+Embeddings = npt.NDArray[np.float32]
 
 
 class FinishReason(StrEnum):
@@ -76,7 +82,8 @@ class GenerationRequest:
 
     ``extra_keys`` (LoRA name, cache salt, tenant) are folded into the KV hash chain's root together with
     ``model`` (``kvgate_core.kvcontract.hashing.root_hash``), so prompts under different keys never share
-    blocks.
+    blocks. ``has_media``: the prompt holds media parts (rendered as identity markers,
+    ``kvgate_core.kvcontract.media``); an engine without vision refuses it with ``InvalidRequestError``.
     """
 
     request_id: str
@@ -84,6 +91,7 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     model: str = ""
     extra_keys: tuple[str, ...] = ()
+    has_media: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +193,16 @@ class Engine(Protocol):
             InvalidRequestError: bad parameters.
             ContextTooLongError: the prompt plus ``max_tokens`` do not fit.
             EngineOverloadedError: the engine refuses new work now.
+        """
+        ...
+
+    async def embed(self, inputs: Sequence[Sequence[int]]) -> Embeddings:
+        """One L2-normalised embedding row per input (each a non-empty list of token ids).
+
+        Runs outside the scheduler's batches and never touches the KV cache.
+
+        Raises:
+            InvalidRequestError: a token id outside the vocabulary, or an input longer than the context.
         """
         ...
 

@@ -1,7 +1,12 @@
-"""``/v1/chat/completions`` and ``/v1/completions`` (``GET /v1/models`` is in ``catalog_routes``).
+"""The OpenAI routes that reach workers (``GET /v1/models`` is in ``catalog_routes``).
 
-The two completion routes are plain ASGI callables (no per-request dependency injection, no pydantic):
-read the body within the size limit → parse and check once → ``Router.prepare`` → ``Proxy.handle``.
+Plain ASGI callables (no per-request dependency injection, no pydantic): read the body within the size
+limit → parse and check once → ``Router.prepare`` → ``Proxy.handle``.
+
+- ``CompletionEndpoint``: chat, completions and the Responses API (cache-aware on the prompt);
+- ``BalancedEndpoint``: embeddings and the declared pass-through routes (``gateway.openai.routes``);
+- ``StoredResponseEndpoint``: ``/v1/responses/{id}`` and its sub-routes, sent to the worker that stored it.
+
 ``gateway.api.completion_docs`` describes them in the OpenAPI document.
 """
 
@@ -9,10 +14,21 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from gateway.api.errors import unexpected
-from gateway.errors import BodyTooLarge, InvalidRequest, KvgateError, UnsupportedMediaType, send_error
-from gateway.openai.schema import parse_request
+from gateway.errors import (
+    BodyTooLarge,
+    InvalidRequest,
+    KvgateError,
+    NotFound,
+    UnsupportedMediaType,
+    send_error,
+)
+from gateway.openai.routes import RESPONSES_PREFIX
+from gateway.openai.schema import Route, parse_balanced, parse_request
+from gateway.proxy.sticky import response_path
+from gateway.proxy.stream import StreamCut
 from kvgate_core.asgi import Receive, Send
 from kvgate_core.tokenize.request_prompt import Endpoint
 
@@ -62,8 +78,12 @@ async def read_body(receive: Receive, limit: int) -> bytes:
     return b"".join(parts)
 
 
+def _headers(scope: MutableMapping[str, Any]) -> dict[str, str]:
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+
+
 class CompletionEndpoint:
-    """The ASGI app behind one OpenAI completion route."""
+    """The ASGI app behind one prompt route (chat, completions, the Responses API)."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self._endpoint = endpoint
@@ -72,7 +92,7 @@ class CompletionEndpoint:
         deps = deps_of(scope)
         settings = deps.settings
         try:
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+            headers = _headers(scope)
             _check_headers(headers, settings.max_body_bytes)
             raw = await read_body(receive, settings.max_body_bytes)
             parsed = parse_request(raw, self._endpoint, max_tokens_limit=settings.max_tokens_limit)
@@ -80,5 +100,84 @@ class CompletionEndpoint:
             await deps.proxy.handle(parsed, req, raw, receive, send)
         except KvgateError as exc:
             await send_error(send, exc)
+        except StreamCut:
+            raise  # the server drops the connection: the client sees the stream was cut
+        except Exception as exc:  # noqa: BLE001 - request boundary: log it, answer 500, never leak a traceback
+            await send_error(send, unexpected(exc))
+
+
+class BalancedEndpoint:
+    """The ASGI app behind a load-balanced route (``gateway.openai.routes``): embeddings, pass-through."""
+
+    def __init__(self, route: Route, *, require_model: bool) -> None:
+        self._route = route
+        self._require_model = require_model
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        deps = deps_of(scope)
+        settings = deps.settings
+        try:
+            headers = _headers(scope)
+            _check_headers(headers, settings.max_body_bytes)
+            raw = await read_body(receive, settings.max_body_bytes)
+            parsed = parse_balanced(raw, self._route, require_model=self._require_model)
+            if not parsed.model and len({m for r in deps.fleet for m in r.models}) > 1:
+                raise InvalidRequest("'model' is required: this gateway serves several models", param="model")
+            req = deps.router.prepare(parsed, headers)
+            await deps.proxy.handle(parsed, req, raw, receive, send)
+        except KvgateError as exc:
+            await send_error(send, exc)
+        except StreamCut:
+            raise
+        except Exception as exc:  # noqa: BLE001 - request boundary: log it, answer 500, never leak a traceback
+            await send_error(send, unexpected(exc))
+
+
+#: the sub-routes of a stored response: (method, suffix after the id)
+_STORED_ROUTES = {
+    (b"GET", ""), (b"DELETE", ""), (b"POST", "/cancel"), (b"GET", "/input_items"),
+}  # fmt: skip
+
+
+def stored_response_route(method: str, path: str) -> tuple[str, str] | None:
+    """``(response id, suffix)`` when ``method path`` is one of the stored-response routes, else None."""
+    rest = path[len(RESPONSES_PREFIX) :]
+    response_id, _, suffix = rest.partition("/")
+    suffix = "/" + suffix if suffix else ""
+    if not response_id or (method.encode(), suffix) not in _STORED_ROUTES:
+        return None
+    return unquote(response_id), suffix
+
+
+class StoredResponseEndpoint:
+    """``GET|DELETE /v1/responses/{id}``, ``POST …/cancel``, ``GET …/input_items``: to the worker that stored
+    the response (``gateway.proxy.sticky``), the answer relayed as it comes (``gateway.proxy.direct``)."""
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        deps = deps_of(scope)
+        try:
+            route = stored_response_route(scope["method"], scope["path"])
+            if route is None:
+                raise NotFound(f"no route {scope['method']} {scope['path']}")
+            response_id, suffix = route
+            affinity = deps.proxy.affinity
+            if affinity is None:
+                raise NotFound(f"Response with id '{response_id}' not found.")
+            body = b""
+            if scope["method"] == "POST":
+                body = await read_body(receive, deps.settings.max_body_bytes)
+            record = await affinity.owner(response_id)
+            path = response_path(response_id) + suffix
+            query = scope.get("query_string", b"")
+            target = (path + "?" + query.decode("latin-1") if query else path).encode("latin-1")
+            status = await deps.proxy.direct.forward(
+                record, (scope["method"].encode(), target, body), "responses", receive, send
+            )
+            if scope["method"] == "DELETE" and status in (200, 404):
+                await affinity.forget(response_id)
+        except KvgateError as exc:
+            await send_error(send, exc)
+        except StreamCut:
+            raise
         except Exception as exc:  # noqa: BLE001 - request boundary: log it, answer 500, never leak a traceback
             await send_error(send, unexpected(exc))

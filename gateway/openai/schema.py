@@ -1,15 +1,21 @@
 """Edge validation of OpenAI request bodies: parse once with orjson, check only what can go wrong.
 
 Deliberately not pydantic: the proxy forwards the client's original bytes, so the gateway reads and
-checks only the fields routing and safety need (model, messages/prompt, max_tokens, stream, a few types);
-everything else (tools, response_format, logprobs, seed, …) reaches the worker untouched.
+checks only the fields routing and safety need (model, messages/prompt/input, max_tokens, stream, a few
+types); everything else (tools, response_format, logprobs, seed, n, …) reaches the worker untouched.
+
+Each body arrives on a ``Route``: how the gateway places it (cache-aware on its prompt, or load-balanced),
+the path it goes to upstream and how its stream ends (``Framing``). ``parse_request`` reads the prompt
+routes (chat, completions, the Responses API), ``parse_balanced`` the others (embeddings and the declared
+pass-through routes of ``gateway.openai.routes``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import Any, Final
 
 import orjson
 
@@ -17,18 +23,58 @@ from gateway.errors import InvalidRequest
 from kvgate_core.tokenize.request_prompt import Endpoint
 
 _NUMBER_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+_MAX_ID_LENGTH: Final = 256
+
+
+class Framing(Enum):
+    """How a streamed answer ends, and so how the relay tells a finished stream from a broken one."""
+
+    DONE = "done"  # chat and completions: ``data: [DONE]``
+    RESPONSES = "responses"  # the Responses API: a ``response.completed|incomplete|failed`` event, no [DONE]
+    EOF = "eof"  # anything else: the upstream's clean end of the body
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One OpenAI route as the gateway serves it.
+
+    Attributes:
+        path: the path the request goes to upstream (the client's own path).
+        label: the ``route`` label of the request metrics.
+        endpoint: how its prompt is parsed for cache-aware routing; None: placed by load alone.
+        framing: how its stream ends.
+    """
+
+    path: bytes
+    label: str
+    endpoint: Endpoint | None
+    framing: Framing = Framing.DONE
+
+
+CHAT_ROUTE: Final = Route(b"/v1/chat/completions", "chat", Endpoint.CHAT)
+COMPLETIONS_ROUTE: Final = Route(b"/v1/completions", "completions", Endpoint.COMPLETIONS)
+RESPONSES_ROUTE: Final = Route(b"/v1/responses", "responses", Endpoint.RESPONSES, Framing.RESPONSES)
+PROMPT_ROUTES: Final = {Endpoint.CHAT: CHAT_ROUTE, Endpoint.COMPLETIONS: COMPLETIONS_ROUTE,
+                        Endpoint.RESPONSES: RESPONSES_ROUTE}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class ParsedRequest:
-    """The fields of a request body the gateway acts on, with the whole parsed body."""
+    """The fields of a request body the gateway acts on, with the whole parsed body.
+
+    ``endpoint`` is None on a load-balanced route (no prompt to hash); ``model`` is then "" when the body
+    named none. ``previous_response_id``: a Responses API request continuing a response stored on the
+    worker that created it (the gateway sends it there).
+    """
 
     body: Mapping[str, Any]
-    endpoint: Endpoint
+    endpoint: Endpoint | None
     model: str
     stream: bool
     max_tokens: int | None
     session_id: str | None
+    route: Route = CHAT_ROUTE
+    previous_response_id: str | None = None
 
 
 def _fail(message: str, param: str | None) -> InvalidRequest:
@@ -63,7 +109,7 @@ def _check_prompt(prompt: Any) -> None:
 
 
 def _max_tokens(body: Mapping[str, Any], limit: int) -> int | None:
-    for key in ("max_completion_tokens", "max_tokens"):
+    for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = body.get(key)
         if value is None:
             continue
@@ -88,30 +134,65 @@ def _check_types(body: Mapping[str, Any]) -> None:
         raise _fail("'stream_options' must be an object", "stream_options")
 
 
-def parse_request(raw: bytes, endpoint: Endpoint, *, max_tokens_limit: int) -> ParsedRequest:
-    """Parse and check a chat/completions body.
-
-    Raises:
-        InvalidRequest: the body is not JSON, not an object, or a checked field is missing or wrong.
-    """
+def _load_object(raw: bytes) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise _fail("the request body is not valid JSON", None) from None
     if not isinstance(body, dict):
         raise _fail("the request body must be a JSON object", None)
+    return body
+
+
+def _stream(body: Mapping[str, Any]) -> bool:
+    stream = body.get("stream", False)
+    if stream is None:
+        return False
+    if not isinstance(stream, bool):
+        raise _fail("'stream' must be a boolean", "stream")
+    return stream
+
+
+def _check_input(body: Mapping[str, Any]) -> str | None:
+    """The Responses API's ``input`` / ``instructions`` shapes; its ``previous_response_id``, if any."""
+    previous = body.get("previous_response_id")
+    if previous is not None and (
+        not isinstance(previous, str) or not previous or len(previous) > _MAX_ID_LENGTH or "/" in previous
+    ):
+        raise _fail("'previous_response_id' must be a response id", "previous_response_id")
+    items = body.get("input")
+    if items is None:
+        raise _fail("'input' is required", "input")
+    if not isinstance(items, str) and not (isinstance(items, list) and items):
+        raise _fail("'input' must be a string or a non-empty array of input items", "input")
+    if isinstance(items, list):
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise _fail(f"input[{i}] must be an object", f"input[{i}]")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _fail("'instructions' must be a string", "instructions")
+    return previous
+
+
+def parse_request(raw: bytes, endpoint: Endpoint, *, max_tokens_limit: int) -> ParsedRequest:
+    """Parse and check a chat / completions / Responses API body.
+
+    Raises:
+        InvalidRequest: the body is not JSON, not an object, or a checked field is missing or wrong.
+    """
+    body = _load_object(raw)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _fail("'model' is required and must be a non-empty string", "model")
+    previous = None
     if endpoint is Endpoint.CHAT:
         _check_messages(body.get("messages"))
+    elif endpoint is Endpoint.RESPONSES:
+        previous = _check_input(body)
     else:
         _check_prompt(body.get("prompt"))
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise _fail("'stream' must be a boolean", "stream")
+    stream = _stream(body)
     _check_types(body)
     user = body.get("user")
     return ParsedRequest(
@@ -121,4 +202,27 @@ def parse_request(raw: bytes, endpoint: Endpoint, *, max_tokens_limit: int) -> P
         stream=stream,
         max_tokens=_max_tokens(body, max_tokens_limit),
         session_id=user if isinstance(user, str) else None,
+        route=PROMPT_ROUTES[endpoint],
+        previous_response_id=previous,
     )
+
+
+def parse_balanced(raw: bytes, route: Route, *, require_model: bool) -> ParsedRequest:
+    """Parse a body for a load-balanced route (embeddings, pass-through): a JSON object whose ``model``, when
+    present, is a non-empty string; nothing else is read.
+
+    Raises:
+        InvalidRequest: not a JSON object, a bad ``model``, or none where ``require_model``.
+    """
+    body = _load_object(raw) if raw.strip() else {}
+    model = body.get("model")
+    if model is None and not require_model:
+        model = ""
+    elif not isinstance(model, str) or not model:
+        raise _fail("'model' is required and must be a non-empty string", "model")
+    stream = body.get("stream") is True
+    user = body.get("user")
+    return ParsedRequest(
+        body=body, endpoint=None, model=model, stream=stream, max_tokens=None,
+        session_id=user if isinstance(user, str) else None, route=route,
+    )  # fmt: skip

@@ -59,13 +59,21 @@ def usage_in(chunk: bytes) -> TokenUsage | None:
 
 
 def usage_of(data: object) -> TokenUsage | None:
-    """``usage.prompt_tokens`` and ``usage.prompt_tokens_details.cached_tokens`` of a parsed response; None
-    without a usage object."""
-    usage = data.get("usage") if isinstance(data, dict) else None
+    """The prompt figures of a parsed response's ``usage``: ``prompt_tokens`` and
+    ``prompt_tokens_details.cached_tokens`` (chat, completions), or ``input_tokens`` and
+    ``input_tokens_details.cached_tokens`` (the Responses API, whose stream events carry the response under
+    ``response``); None without a usage object."""
+    if not isinstance(data, dict):
+        return None
+    usage = data.get("usage")
+    if usage is None and isinstance(data.get("response"), dict):
+        usage = data["response"].get("usage")
     if not isinstance(usage, dict):
         return None
-    prompt = usage.get("prompt_tokens")
-    details = usage.get("prompt_tokens_details")
+    if "prompt_tokens" in usage or "input_tokens" not in usage:
+        prompt, details = usage.get("prompt_tokens"), usage.get("prompt_tokens_details")
+    else:
+        prompt, details = usage.get("input_tokens"), usage.get("input_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return TokenUsage(
         prompt if isinstance(prompt, int) else None, cached if isinstance(cached, int) else None

@@ -23,18 +23,29 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from gateway.engines.affinity import note_cached_tokens, note_usage
-from gateway.errors import NoHealthyWorker, UpstreamError, UpstreamSaturated, WorkerTimeout, WorkerUnavailable
+from gateway.errors import (
+    NoHealthyWorker,
+    ResponseNotFound,
+    UpstreamError,
+    UpstreamSaturated,
+    WorkerTimeout,
+    WorkerUnavailable,
+)
+from gateway.fleet.registry import WorkerRecord
 from gateway.observability.metrics import Metrics
 from gateway.observability.worker_stats import WorkerStats
-from gateway.openai.schema import ParsedRequest
-from gateway.openai.sse import TokenUsage, usage_of
+from gateway.openai.responses_sse import response_id_of
+from gateway.openai.schema import Framing, ParsedRequest
+from gateway.openai.sse import usage_of
+from gateway.proxy.direct import DirectForwarder
 from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure, Shed, backoff_s, shed_from
 from gateway.proxy.passthrough import upstream_headers
 from gateway.proxy.responses import proxied_headers, send_whole
 from gateway.proxy.shaping import shape
 from gateway.proxy.shed import ShedLog
-from gateway.proxy.stream import CLIENT_GONE, Result, StreamRelay
+from gateway.proxy.sticky import ResponseAffinity
+from gateway.proxy.stream import CLIENT_GONE, OnResponseId, Result, StreamRelay
 from gateway.routing.hold import Hold
 from gateway.routing.pd import PD_HEADER, PrefillRunner, prefill_body
 from gateway.routing.router import Routed, Router
@@ -47,7 +58,6 @@ from kvgate_core.tracing import upstream_span
 from policies.api import RouteRequest
 
 logger = logging.getLogger(__name__)
-_PATHS = {Endpoint.CHAT: b"/v1/chat/completions", Endpoint.COMPLETIONS: b"/v1/completions"}
 _PD_DECODE_HEADER = f"{PD_HEADER}: decode\r\n".encode()
 
 
@@ -66,6 +76,8 @@ class Proxy:
         prefill: runs the PD prefill step (default: on ``pool``, deadline ``timeouts.ttfb_s``).
         limits: the upstream connection cap per worker (``pool`` holds the wait queue and its bounds).
         stats: each worker's recent attempts, for the admin page (a new ``WorkerStats`` if None).
+        affinity: which worker stored each Responses API response (None: the Responses API's
+            ``previous_response_id`` is answered 404, nothing is recorded).
     """
 
     def __init__(
@@ -82,7 +94,10 @@ class Proxy:
         prefill: PrefillRunner | None = None,
         limits: UpstreamLimits | None = None,
         stats: WorkerStats | None = None,
+        affinity: ResponseAffinity | None = None,
     ) -> None:
+        self.affinity = affinity
+        self.direct = DirectForwarder(pool, timeouts, metrics)
         self.stats = stats if stats is not None else WorkerStats()
         self._pool = pool
         self._targets: dict[str, Target] = {}
@@ -108,11 +123,18 @@ class Proxy:
             UpstreamSaturated: the workers tried had no upstream connection to give (nothing was sent).
             UpstreamError: every attempt failed before the first byte.
         """
+        pinned = None
+        if parsed.previous_response_id is not None:
+            pinned = await self._owner(parsed.previous_response_id, parsed.model, "previous_response_id")
+        balanced = parsed.endpoint is None
         exclude: list[str] = []
         last: UpstreamError | UpstreamSaturated | None = None
         for attempt in range(self._retry.retries + 1):
             try:
-                routed = self._router.route(req, exclude)
+                if pinned is not None:  # its history is there: never elsewhere
+                    routed = self._router.route_to(req, pinned, "previous_response_id")
+                else:
+                    routed = self._router.route(req, exclude, balanced=balanced)
             except NoHealthyWorker:
                 if last is not None:
                     raise last from None
@@ -133,17 +155,28 @@ class Proxy:
                 routed.record.breaker.record_failure()
                 exclude.append(routed.record.id)
                 last = failure.error
+                if pinned is not None:
+                    raise last from None
                 self._metrics.retry(failure.reason)
                 if attempt < self._retry.retries:
                     await self._sleep(backoff_s(attempt, self._retry, self._rng))
         assert last is not None, "the loop runs at least once"
         raise last
 
+    async def _owner(self, response_id: str, model: str | None, param: str | None) -> WorkerRecord:
+        if self.affinity is None:
+            raise ResponseNotFound(f"Previous response with id '{response_id}' not found.", param=param)
+        return await self.affinity.owner(response_id, model, param=param)
+
+    async def _record_owner(self, routed: Routed, response_id: str) -> None:
+        if self.affinity is not None:
+            await self.affinity.record(response_id, routed.record.id)
+
     async def _run_prefill(self, routed: Routed, parsed: ParsedRequest) -> Routed:
         """PD step 1 (see ``gateway.routing.pd``): on failure, the decode worker serves alone."""
         assert routed.prefill is not None, "only called for a PD decision"
         body, tokens = prefill_body(parsed.body), routed.request.num_prompt_tokens
-        outcome = await self._prefill.run(routed.prefill, _PATHS[parsed.endpoint].decode(), body, tokens)
+        outcome = await self._prefill.run(routed.prefill, parsed.route.path.decode(), body, tokens)
         self._metrics.stage("pd_prefill", outcome.seconds)
         return routed if outcome.ok else dataclasses.replace(routed, prefill=None)
 
@@ -159,11 +192,21 @@ class Proxy:
             target = self._targets[routed.record.url] = Target.parse(routed.record.url)
         extra = _PD_DECODE_HEADER if routed.prefill is not None else b""
         extra += upstream_headers(routed.request.headers)
-        want_usage = self._router.wants_outcomes
-        shaped = shape(parsed, raw, routed.record.facts, want_usage=want_usage)
+        want_usage = self._router.wants_outcomes and not routed.balanced
+        framing = parsed.route.framing
+        shaped = (
+            shape(parsed, raw, routed.record.facts, want_usage=want_usage)
+            if framing is Framing.DONE
+            else None
+        )
         body = raw if shaped is None else shaped.body
-        request = target.post_request(_PATHS[parsed.endpoint], body, extra)
-        route = parsed.endpoint.value
+        request = target.post_request(parsed.route.path, body, extra)
+        route = parsed.route.label
+        on_id = (
+            (lambda rid: self._record_owner(routed, rid))
+            if parsed.endpoint is Endpoint.RESPONSES and self.affinity is not None
+            else None
+        )
         cap = self._limits.cap(routed.record.max_running)
         # held while waiting for a connection too: the policy sees the waiting requests as load
         hold = Hold.take(self._load, routed.record, tokens)
@@ -181,10 +224,12 @@ class Proxy:
                     on_answered=hold.end,
                     cap=cap,
                     shaped=shaped,
+                    framing=framing,
+                    on_response_id=on_id,
                 )
             else:
                 forwarded = await cancel_on_disconnect(
-                    self._forward(routed, target, request, send, want_usage, hold, cap), receive
+                    self._forward(routed, target, request, send, want_usage, hold, cap, on_id), receive
                 )
                 result = forwarded if forwarded is not None else Result(CLIENT_GONE, ok=False)
         except Shed:
@@ -230,6 +275,7 @@ class Proxy:
         want_usage: bool,
         hold: Hold,
         cap: int,
+        on_response_id: OnResponseId | None = None,
     ) -> Result:
         worker = routed.record.id
         conn = None
@@ -256,14 +302,16 @@ class Proxy:
         headers = proxied_headers(
             conn.content_type, worker, routed.prefix_hit_tokens, len(body), routed.prefill_id
         )
+        if on_response_id is not None and status == 200 and (response_id := response_id_of(body)) is not None:
+            await on_response_id(response_id)  # before the client can send a follow-up naming it
         await send_whole(send, status, headers, body)
-        usage = _usage(body) if want_usage and status == 200 else None
+        usage = usage_of(_json(body)) if want_usage and status == 200 else None
         # No TTFB sample: for a whole answer it equals the latency recorded by ``_attempt``.
         return Result(status, ok=status == 200, usage=usage)
 
 
-def _usage(body: bytes) -> TokenUsage | None:
+def _json(body: bytes) -> object:
     try:
-        return usage_of(orjson.loads(body))
+        return orjson.loads(body)
     except orjson.JSONDecodeError:
         return None

@@ -10,16 +10,26 @@ which closes the upstream connection so the worker stops.
 Where the gateway asked the engine for ``include_usage`` on its own behalf (``proxy.shaping``), the reads
 pass through ``UsageChunkFilter``: the usage chunk is dropped and its cached tokens kept; every other byte
 goes on as it arrived, as soon as the event it belongs to is complete.
+
+Streams without ``[DONE]`` (``Framing.RESPONSES``, ``Framing.EOF``) are followed by a ``StreamWatch``
+(``gateway.openai.responses_sse``): a Responses API stream ended well once its terminal event came, and its
+``response.id`` is handed to ``on_response_id`` before the read that carries it reaches the client; a
+pass-through stream ended well when the upstream ended its body. A broken Responses stream ends with an
+``error`` event; a broken pass-through stream (whose event format the gateway does not know) is cut off
+(``StreamCut``: the connection drops without the body's last chunk), so the client sees the failure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.errors import WorkerTimeout, WorkerUnavailable
+from gateway.openai.responses_sse import StreamWatch, responses_error_frames
+from gateway.openai.schema import Framing
 from gateway.openai.sse import TokenUsage, UsageChunkFilter, ends_stream, error_frames, usage_in
 from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure, shed_from
@@ -33,6 +43,14 @@ from kvgate_core.h1 import H1Connection, H1Pool, PoolSaturatedError, Target
 logger = logging.getLogger(__name__)
 CLIENT_GONE = 499
 _AS_SENT = Shaped(b"")  # the relay never reads ``body``; only the stream handling flags
+
+
+class StreamCut(Exception):  # noqa: N818 - not an error answer: the connection is dropped on purpose
+    """A pass-through stream broke after its first byte: re-raised to the server, which drops the client's
+    connection without the body's end (the one failure signal a stream of unknown format can carry)."""
+
+
+OnResponseId = Callable[[str], Awaitable[None]]
 
 
 class OnAnswered(Protocol):
@@ -78,18 +96,34 @@ class StreamRelay:
         on_answered: OnAnswered,
         cap: int | None = None,
         shaped: Shaped | None = None,
+        framing: Framing = Framing.DONE,
+        on_response_id: OnResponseId | None = None,
     ) -> Result:
         """Relay a stream; on client disconnect cancel it and report status 499.
 
         ``on_answered(answered=True)`` is called once the worker has sent the stream's end, before the
         client gets it. ``cap``: the worker's upstream connection cap (default: the pool's). ``shaped``: how
         the request was shaped for this worker's engine (``proxy.shaping``; None: sent as the client did).
+        ``framing``: how the stream ends (module docstring); ``on_response_id``: awaited with a Responses
+        API stream's id before the client gets it.
 
         Raises:
             RetryableFailure: the worker failed before the first byte (nothing was sent).
             Shed: the worker had no upstream connection to give (nothing was sent).
         """
-        work = self._relay(routed, target, request, send, want_usage, on_answered, cap, shaped or _AS_SENT)
+        watch = StreamWatch(framing) if framing is not Framing.DONE else None
+        work = self._relay(
+            routed,
+            target,
+            request,
+            send,
+            want_usage,
+            on_answered,
+            cap,
+            shaped or _AS_SENT,
+            watch,
+            on_response_id,
+        )
         result = await cancel_on_disconnect(work, receive)
         if result is None:
             logger.debug("client disconnected mid-stream", extra={"worker": routed.record.id})
@@ -106,6 +140,8 @@ class StreamRelay:
         on_answered: OnAnswered,
         cap: int | None,
         shaped: Shaped,
+        watch: StreamWatch | None = None,
+        on_response_id: OnResponseId | None = None,
     ) -> Result:
         loop = asyncio.get_running_loop()
         worker = routed.record.id
@@ -122,10 +158,16 @@ class StreamRelay:
                     raise RetryableFailure(WorkerUnavailable(f"worker {worker} sent an empty stream"), "eof")
                 ttfb_s = loop.time() - started_at
                 routed.record.breaker.record_success()
-                headers = proxied_headers(SSE_TYPE, worker, routed.prefix_hit_tokens, None, routed.prefill_id)
+                ctype = SSE_TYPE if watch is None else conn.content_type
+                headers = proxied_headers(ctype, worker, routed.prefix_hit_tokens, None, routed.prefill_id)
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
                 started = True
-                if shaped.strip_usage_chunk:
+                if watch is not None:
+                    ended = await self._copy_watched(
+                        conn, first, send, deadline, on_answered, watch, on_response_id
+                    )
+                    usage = watch.usage() if want_usage else None
+                elif shaped.strip_usage_chunk:
                     ended, usage = await self._copy_without_usage(conn, first, send, deadline, on_answered)
                 else:
                     ended, usage = await self._copy(conn, first, send, deadline, on_answered, want_usage)
@@ -134,11 +176,12 @@ class StreamRelay:
                 return Result(200, ok=True, usage=usage, ttfb_s=ttfb_s)
             # every engine fronted here ends a good stream with [DONE] (MII 0.3.3 too, ``StreamResults``);
             # TensorRT-LLM drops the connection on an error instead of sending an error event
+            end = "[DONE]" if watch is None else "its final event"
             return await self._broken(
-                routed, send, "worker closed the stream before [DONE]", "worker_unavailable"
+                routed, send, f"worker closed the stream before {end}", "worker_unavailable", watch
             )
         except OSError as exc:  # TimeoutError, UpstreamConnectionError, PoolSaturatedError
-            return await self._failed(routed, send, exc, started=started)
+            return await self._failed(routed, send, exc, started=started, watch=watch)
         finally:
             if conn is not None:
                 self._pool.release(target, conn)
@@ -200,7 +243,35 @@ class StreamRelay:
             await send({"type": "http.response.body", "body": held, "more_body": True})
         return ended, usage.usage
 
-    async def _failed(self, routed: Routed, send: Send, exc: OSError, *, started: bool) -> Result:
+    async def _copy_watched(
+        self,
+        conn: H1Connection,
+        chunk: bytes,
+        send: Send,
+        deadline: asyncio.Timeout,
+        on_answered: OnAnswered,
+        watch: StreamWatch,
+        on_response_id: OnResponseId | None,
+    ) -> bool:
+        """Pass every read on as it is, following it with ``watch``; whether it ended well."""
+        loop = asyncio.get_running_loop()
+        idle_s = self._timeouts.idle_s
+        while chunk:
+            known = watch.response_id
+            watch.feed(chunk)
+            if on_response_id is not None and known is None and watch.response_id is not None:
+                await on_response_id(watch.response_id)
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            deadline.reschedule(loop.time() + idle_s)
+            chunk = await conn.read_chunk()
+        if watch.framing is Framing.EOF:
+            watch.ended = True  # the body ended cleanly (a broken one raised)
+        on_answered(answered=True)
+        return watch.ended
+
+    async def _failed(
+        self, routed: Routed, send: Send, exc: OSError, *, started: bool, watch: StreamWatch | None = None
+    ) -> Result:
         """Before the first byte: retry or shed elsewhere; after it: end the client's stream with an error."""
         worker = routed.record.id
         if isinstance(exc, PoolSaturatedError):  # raised by ``post``: nothing was sent
@@ -208,10 +279,14 @@ class StreamRelay:
         if isinstance(exc, TimeoutError):
             if not started:
                 raise RetryableFailure(WorkerTimeout(f"worker {worker} timed out"), "timeout") from None
-            return await self._broken(routed, send, "worker stopped sending (idle timeout)", "worker_timeout")
+            return await self._broken(
+                routed, send, "worker stopped sending (idle timeout)", "worker_timeout", watch
+            )
         if not started:
             raise RetryableFailure(WorkerUnavailable(f"worker {worker} failed: {exc}"), "connect") from None
-        return await self._broken(routed, send, "worker connection broke mid-stream", "worker_unavailable")
+        return await self._broken(
+            routed, send, "worker connection broke mid-stream", "worker_unavailable", watch
+        )
 
     async def _error_answer(self, routed: Routed, conn: H1Connection, send: Send) -> Result:
         """A worker answered a stream request with an error status: retry 5xx, pass 4xx through."""
@@ -227,10 +302,15 @@ class StreamRelay:
         await send_whole(send, conn.status, headers, body)
         return Result(conn.status, ok=False)
 
-    async def _broken(self, routed: Routed, send: Send, message: str, code: str) -> Result:
+    async def _broken(
+        self, routed: Routed, send: Send, message: str, code: str, watch: StreamWatch | None = None
+    ) -> Result:
         routed.record.breaker.record_failure()
         logger.warning("stream broken", extra={"worker": routed.record.id, "reason": message})
-        frames = error_frames(f"{message} (worker {routed.record.id})", code)
+        text = f"{message} (worker {routed.record.id})"
+        if watch is not None and watch.framing is Framing.EOF:
+            raise StreamCut(text)
+        frames = error_frames(text, code) if watch is None else responses_error_frames(text, code)
         await send({"type": "http.response.body", "body": frames, "more_body": False})
         return Result(200, ok=False)
 

@@ -9,6 +9,7 @@ then records the decision (observer hooks, the index's predicted placement, the 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from gateway.routing.decisions import DecisionLog
 from gateway.state.protocols import LoadBoard
 from kvgate_core.kvcontract.extra_keys import TENANT_HEADER
 from policies.api import Decision, Need, Observer, Outcome, Policy, RouteRequest, WorkerId, WorkerView
+from policies.builtin.least_load import LeastLoad
 from policies.placement import Placement, placement_of
 
 logger = logging.getLogger(__name__)
@@ -42,6 +44,7 @@ class Routed:
     prefix_hit_tokens: int
     prefill: WorkerRecord | None = None  # PD: the prefill worker (None: the decode worker prefills)
     best_hit_tokens: int = 0  # the best predicted hit on any worker (closed-loop feedback)
+    balanced: bool = False  # placed by load or pinned, not by the policy: its observer is not told
 
     @property
     def prefill_id(self) -> str | None:
@@ -104,6 +107,7 @@ class Router:
         self._analyzer = analyzer if policy.needs & {Need.TOKENS, Need.BLOCK_HASHES} else None
         self._index = kv_index if Need.PREFIX_HITS in policy.needs else None
         self._recorder = kv_index
+        self._balancer = LeastLoad(random.Random(0))
         self._block_size = block_size
         self._metrics = metrics
         self._clock = clock
@@ -116,7 +120,8 @@ class Router:
         """
         num_tokens = 0
         hashes: tuple[int, ...] = ()
-        if self._analyzer is not None:
+        # a load-balanced route has no prompt; a continued response's prompt is mostly on its worker
+        if self._analyzer is not None and parsed.endpoint is not None and parsed.previous_response_id is None:
             start = self._clock()
             try:
                 analysis = self._analyzer.analyze(
@@ -143,7 +148,7 @@ class Router:
             ModelNotFound: no worker serves the model.
             NoHealthyWorker: the model's workers are all excluded or none reported its models yet.
         """
-        records = [r for r in self._fleet.serving(req.model) if r.id not in exclude]
+        records = [r for r in self._fleet.serving(req.model or None) if r.id not in exclude]
         if not records:
             if self._fleet.knows_model(req.model) or not any(r.models for r in self._fleet):
                 raise NoHealthyWorker(f"no healthy worker serves model {req.model!r}; retry later")
@@ -190,19 +195,26 @@ class Router:
         self._metrics.stage("policy", self._clock() - start)
         return decision
 
-    def route(self, req: RouteRequest, exclude: Collection[str] = ()) -> Routed:
+    def route(self, req: RouteRequest, exclude: Collection[str] = (), *, balanced: bool = False) -> Routed:
         """Choose a worker for ``req`` and record the choice.
+
+        ``balanced``: place it by load alone (the least loaded serving worker), whatever the policy: for
+        routes with no prompt to hash (embeddings, pass-through); the policy's observer is not told.
 
         Raises:
             ModelNotFound: no worker serves the model.
             NoHealthyWorker: no eligible worker is available.
         """
         views = self.snapshot(req, exclude)
-        decision = self._select(req, views)
+        decision = self._balancer.select(req, views) if balanced else self._select(req, views)
         record = self._fleet.get(decision.worker) if decision.worker is not None else None
         if record is None or not any(v.id == decision.worker and v.healthy for v in views):
             raise NoHealthyWorker(f"no healthy worker can serve model {req.model!r} now; retry later")
         record.routed_total += 1
+        if balanced:
+            self._load.add_routed(record.id, req.max_tokens or 0)
+            self.decisions.add(req, decision, views, None)
+            return Routed(request=req, decision=decision, record=record, prefix_hit_tokens=0, balanced=True)
         if self._observer is not None:
             self._observer.on_routed(req, decision)
         if self._recorder is not None and req.block_hashes and record.facts.no_affinity_reason is None:
@@ -225,6 +237,24 @@ class Router:
             request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens, prefill=prefill,
             best_hit_tokens=best_tokens,
         )  # fmt: skip
+
+    def route_to(self, req: RouteRequest, record: WorkerRecord, reason: str) -> Routed:
+        """Send ``req`` to ``record`` (it holds state the request needs: a stored response) and record it.
+
+        The policy is not asked and its observer is not told; a draining worker still takes it (it still
+        holds the state).
+
+        Raises:
+            NoHealthyWorker: the worker is unhealthy or its breaker is open.
+        """
+        if not (record.healthy and record.breaker.allows()):
+            raise NoHealthyWorker(f"worker {record.id!r}, which holds this request's state, is unavailable; "
+                                  "retry later")  # fmt: skip
+        record.routed_total += 1
+        decision = Decision(worker=WorkerId(record.id), reason=reason)
+        self._load.add_routed(record.id, req.num_prompt_tokens + (req.max_tokens or 0))
+        self.decisions.add(req, decision, (), None)
+        return Routed(request=req, decision=decision, record=record, prefix_hit_tokens=0, balanced=True)
 
     @staticmethod
     def _placement(req: RouteRequest, views: Sequence[WorkerView], worker: str) -> Placement:
@@ -271,6 +301,8 @@ class Router:
         """Tell an observing policy how a routed request ended, and join prediction with reality
         (``prompt_tokens`` and ``cached_tokens``: the engine's usage, None where it reported none)."""
         req = routed.request
+        if routed.balanced:
+            return
         if ok and req.block_hashes and routed.prefill is None:
             if self._feedback is not None:
                 self._feedback.record(routed.prefix_hit_tokens, routed.best_hit_tokens, cached_tokens)

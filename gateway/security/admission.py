@@ -1,9 +1,9 @@
 """A global concurrency cap with a bounded FIFO queue and a queue timeout, as an ASGI middleware.
 
-Only OpenAI generation routes are admitted through it. Past ``max_concurrent`` requests wait in a queue
-of at most ``max_queue``; a full queue or a wait over ``queue_timeout_s`` is answered 503 ``overloaded``
-with ``Retry-After: 1``. A slot is released when the response is complete (streams included), also when
-the client disconnects.
+Only the routes that reach workers (``gateway.openai.routes.WORKER_PATHS``) are admitted through it. Past
+``max_concurrent`` requests wait in a queue of at most ``max_queue``; a full queue or a wait over
+``queue_timeout_s`` is answered 503 ``overloaded`` with ``Retry-After: 1``. A slot is released when the
+response is complete (streams included), also when the client disconnects.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from collections import deque
 from dataclasses import dataclass
 
 from gateway.errors import Overloaded
+from gateway.openai.routes import WORKER_PATHS
 from kvgate_core.asgi import ASGIApp, Receive, Scope, Send
 
-_ADMITTED = frozenset({"/v1/chat/completions", "/v1/completions"})
+_ADMITTED = WORKER_PATHS
 
 
 @dataclass(frozen=True, slots=True)

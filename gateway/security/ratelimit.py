@@ -1,6 +1,7 @@
 """Per-key request and token rate limits as an ASGI middleware (429 with ``Retry-After``).
 
-Applies to ``/v1/chat/completions`` and ``/v1/completions``. The key is the API key id set by the auth
+Applies to the routes that reach workers (``gateway.openai.routes.WORKER_PATHS``: completions, the Responses
+API, embeddings, the pass-through routes). The key is the API key id set by the auth
 middleware (or the client address when auth is off). Tokens charged up front are an estimate: the body's
 bytes / 4 for the prompt plus its ``max_tokens`` (default 256), which keeps the check free of tokenizing.
 """
@@ -13,10 +14,11 @@ from dataclasses import dataclass
 import orjson
 
 from gateway.errors import RateLimited
+from gateway.openai.routes import WORKER_PATHS
 from gateway.security.buckets import BucketStore, Rate
 from kvgate_core.asgi import ASGIApp, Message, Receive, Scope, Send
 
-_LIMITED = frozenset({"/v1/chat/completions", "/v1/completions"})
+_LIMITED = WORKER_PATHS
 _DEFAULT_MAX_TOKENS = 256
 
 
@@ -39,7 +41,9 @@ def estimate_tokens(body: bytes) -> int:
     max_tokens = _DEFAULT_MAX_TOKENS
     try:
         obj = orjson.loads(body)
-        value = obj.get("max_completion_tokens", obj.get("max_tokens")) if isinstance(obj, dict) else None
+        value = None
+        if isinstance(obj, dict):
+            value = obj.get("max_completion_tokens", obj.get("max_tokens", obj.get("max_output_tokens")))
         if isinstance(value, int) and value > 0:
             max_tokens = value
     except orjson.JSONDecodeError:

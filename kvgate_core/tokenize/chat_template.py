@@ -19,6 +19,8 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from kvgate_core.kvcontract.media import TEXT_PART_TYPES, media_kind, media_marker
+
 DEFAULT_CHAT_TEMPLATE: Final = (
     "{%- if tools %}"
     "{{- '<|im_start|>system\\n' }}"
@@ -149,10 +151,13 @@ def normalize_messages(messages: object) -> list[dict[str, Any]]:
     """Validate OpenAI chat messages and flatten text content parts into one string per message.
 
     A list of ``{"type": "text", "text": ...}`` parts becomes the texts joined by newlines (as vLLM does);
+    a media part (image, audio, video, file) becomes the marker of its identity where it stands
+    (``kvgate_core.kvcontract.media``), so the prompt's hashes diverge from that part on;
     ``None`` content stays ``None`` (an assistant turn with only tool calls). Other keys are kept.
 
     Raises:
-        ChatTemplateError: not a non-empty list of messages with a string ``role``, or a non-text part.
+        ChatTemplateError: not a non-empty list of messages with a string ``role``, or a part of an unknown
+            type or a media part with nothing to identify it by.
     """
     if not isinstance(messages, list) or not messages:
         raise ChatTemplateError("'messages' must be a non-empty array")
@@ -172,7 +177,18 @@ def normalize_messages(messages: object) -> list[dict[str, Any]]:
 def _join_text_parts(parts: list[Any], index: int) -> str:
     texts: list[str] = []
     for part in parts:
-        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-            raise ChatTemplateError(f"messages[{index}].content: only text parts are supported")
-        texts.append(part["text"])
+        if not isinstance(part, dict):
+            raise ChatTemplateError(f"messages[{index}].content: every part must be an object")
+        kind = part.get("type")
+        if kind in TEXT_PART_TYPES and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append(part["refusal"])
+        elif media_kind(part) is not None:
+            try:
+                texts.append(media_marker(part))
+            except ValueError as exc:
+                raise ChatTemplateError(f"messages[{index}].content: {exc}") from None
+        else:
+            raise ChatTemplateError(f"messages[{index}].content: unsupported content part {kind!r}")
     return "\n".join(texts)

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from kvgate_core.tokenize.chat_template import normalize_messages
+from kvgate_core.tokenize.responses_input import responses_messages, responses_tools
 
 
 class Endpoint(StrEnum):
@@ -21,6 +22,7 @@ class Endpoint(StrEnum):
 
     CHAT = "chat"
     COMPLETIONS = "completions"
+    RESPONSES = "responses"  # the Responses API: rendered as the chat it stands for (``responses_input``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +60,15 @@ def parse_prompt(body: Mapping[str, Any], endpoint: Endpoint) -> Prompt:
     """
     if endpoint is Endpoint.CHAT:
         return parse_chat(body)
+    if endpoint is Endpoint.RESPONSES:
+        return parse_responses(body)
     return parse_completion(body.get("prompt"))
+
+
+def parse_responses(body: Mapping[str, Any]) -> ChatPrompt:
+    """A Responses API body as the chat prompt the engine renders (``responses_input``)."""
+    messages = normalize_messages(responses_messages(body))
+    return ChatPrompt(messages, responses_tools(body), True, {})
 
 
 def parse_chat(body: Mapping[str, Any]) -> ChatPrompt:

@@ -104,7 +104,7 @@ async def test_async_client_stream_and_completions(worker: str):
         text = "".join([c.choices[0].text async for c in stream])
         assert text == done.choices[0].text
         with pytest.raises(openai.BadRequestError):
-            await client.completions.create(model="kvgate-sim", prompt="x", max_tokens=6, n=2)
+            await client.completions.create(model="kvgate-sim", prompt="x", max_tokens=6, n=9)
         with pytest.raises(openai.NotFoundError):
             await client.completions.create(model="no-such-model", prompt="x")
     finally:

@@ -92,6 +92,7 @@ def start_vllm(python: Path, model: Path, *, core: int, logs: Path) -> VllmServe
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_ENABLE_RESPONSES_API_STORE": "1",  # else vLLM ignores ``store`` and previous_response_id fails
         "DO_NOT_TRACK": "1",
     }
     log = logs / f"vllm-{port}.log"

@@ -328,6 +328,48 @@ def _retries(lane: Lane) -> float:
 KILL_GRACE_S = 0.25
 
 
+def test_a_responses_chain_stays_on_the_vllm_that_stored_it(vllm_lane: Lane) -> None:
+    """vLLM's Responses API (its store on: ``VLLM_ENABLE_RESPONSES_API_STORE=1``) through the gateway: each
+    ``previous_response_id`` goes to the server that stored it, which renders the whole history."""
+    client = OpenAI(base_url=f"{vllm_lane.gateway}/v1", api_key="unused", max_retries=0, timeout=120)
+    raw = client.responses.with_raw_response.create(
+        model=SERVED_MODEL, input="What is the capital of France?", max_output_tokens=8, temperature=0
+    )
+    first = raw.parse()
+    owner = raw.headers["x-kvgate-worker"]
+    assert first.output_text and first.usage is not None
+    previous, inputs = first.id, [first.usage.input_tokens]
+    for turn in ("And of Italy?", "And of Spain?"):
+        raw = client.responses.with_raw_response.create(
+            model=SERVED_MODEL, input=turn, previous_response_id=previous, max_output_tokens=8, temperature=0
+        )
+        resp = raw.parse()
+        assert raw.headers["x-kvgate-worker"] == owner
+        assert resp.usage is not None
+        previous = resp.id
+        inputs.append(resp.usage.input_tokens)
+    assert inputs[0] < inputs[1] < inputs[2]  # vLLM rendered the stored history each turn
+    got = httpx.get(f"{vllm_lane.gateway}/v1/responses/{previous}", timeout=30)
+    assert got.status_code == 200 and got.json()["id"] == previous
+    assert got.headers["x-kvgate-worker"] == owner
+    streamed = httpx.post(
+        f"{vllm_lane.gateway}/v1/responses",
+        json={"model": SERVED_MODEL, "input": "And of Germany?", "previous_response_id": previous,
+              "max_output_tokens": 8, "temperature": 0, "stream": True},
+        timeout=120,
+    )  # fmt: skip
+    assert streamed.status_code == 200 and streamed.headers["x-kvgate-worker"] == owner
+    kinds = [e["type"] for e in sse_events(streamed.content)]
+    assert kinds[0] == "response.created" and kinds[-1] in ("response.completed", "response.incomplete")
+    assert "[DONE]" not in kinds
+    missing = httpx.post(
+        f"{vllm_lane.gateway}/v1/responses",
+        json={"model": SERVED_MODEL, "input": "hi", "previous_response_id": "resp_nobody_stored_this"},
+        timeout=60,
+    )
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "previous_response_id"
+
+
 def test_killing_one_vllm_loses_no_request_that_had_not_started_streaming(vllm_lane: Lane) -> None:
     """Must stay the last test: it kills one of the two servers."""
     victim_id, victim = list(vllm_lane.servers.items())[-1]

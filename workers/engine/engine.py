@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kvgate_core.kvcontract.events import EventType
 from kvgate_core.tokenize.bundle import TokenizerBundle
 from workers.engine.core import EngineCore, StepResult
+from workers.engine.embedding import pooled_embeddings
 from workers.engine.kv_connector import KVConnector
 from workers.engine_api import (
     ContextTooLongError,
+    Embeddings,
     EventHub,
     EventSubscription,
     GenerationChunk,
@@ -69,6 +72,8 @@ class TorchEngine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        # Serializes the step thread with embedding forwards: one model computation at a time.
+        self._model_lock = threading.Lock()
 
     @property
     def model_id(self) -> str:
@@ -123,6 +128,29 @@ class TorchEngine:
             self._core.submit(request)
             self._wake.set()
 
+    async def embed(self, inputs: Sequence[Sequence[int]]) -> Embeddings:
+        """Mean-pooled final hidden states (``workers.engine.embedding``), computed between steps."""
+        vocab, limit = self._identity.vocab_size, self.max_model_len
+        for i, ids in enumerate(inputs):
+            if not ids or min(ids) < 0 or max(ids) >= vocab:
+                raise InvalidRequestError(
+                    f"input[{i}]: token ids must be in [0, {vocab}) and not empty", "input"
+                )
+            if len(ids) > limit:
+                raise ContextTooLongError(
+                    f"input[{i}] has {len(ids)} tokens; this model's maximum context length is {limit}",
+                    "input",
+                )
+        return await asyncio.to_thread(self._embed_locked, inputs)
+
+    def _embed_locked(self, inputs: Sequence[Sequence[int]]) -> Embeddings:
+        with self._model_lock:
+            return pooled_embeddings(self._core.runner.model, inputs, block_size=self.block_size)
+
+    def _step_locked(self) -> StepResult:
+        with self._model_lock:
+            return self._core.step()
+
     def abort(self, request_id: str) -> None:
         """Abort a request in flight (its stream ends without a final chunk); no-op once it finished."""
         if self._queues.pop(request_id, None) is not None:
@@ -172,6 +200,11 @@ class TorchEngine:
 
     def _validate(self, request: GenerationRequest) -> None:
         prompt = request.prompt_token_ids
+        if request.has_media:
+            raise InvalidRequestError(
+                f"the model '{self.model_id}' accepts text only: remove the image, audio and file parts",
+                "messages",
+            )
         if not prompt:
             raise InvalidRequestError("the prompt must contain at least one token", "prompt")
         if request.request_id in self._queues:
@@ -194,7 +227,7 @@ class TorchEngine:
                 await self._wake.wait()
                 continue
             try:
-                result = await asyncio.to_thread(self._core.step)
+                result = await asyncio.to_thread(self._step_locked)
             except Exception:  # a failed step must not take the worker down: abort what was in flight
                 logger.exception("engine step failed; aborting %d requests", len(self._queues))
                 result = StepResult(chunks=self._core.abort_all())

@@ -1,10 +1,12 @@
 """``create_app``: the worker's ASGI app (Starlette, orjson) over any ``Engine``.
 
-Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``,
-``GET /load``, ``GET /kv/events``, ``GET /kv/blocks``, ``POST /tokenize``, ``GET /tokenizer``. The engine
-is started and stopped by the app's lifespan. The real engine and the simulated one share this surface.
-An opaque worker (``introspection=False``, the ``--sim --foreign`` test engine) serves only the first four,
-like a generic OpenAI-compatible engine whose cache and tokenizer a gateway cannot see.
+Routes: the OpenAI ones (``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/responses``
+with ``GET``/``DELETE /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``, ``POST /v1/embeddings``,
+``GET /v1/models``), ``GET /health``, and the introspection ones (``GET /load``, ``GET /kv/events``,
+``GET /kv/blocks``, ``POST /tokenize``, ``GET /tokenizer``). The engine is started and stopped by the app's
+lifespan. The real engine and the simulated one share this surface. An opaque worker
+(``introspection=False``, the ``--sim --foreign`` test engine) serves no introspection route, like a
+generic OpenAI-compatible engine whose cache and tokenizer a gateway cannot see.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from workers.engine_api import Engine
-from workers.server import info_routes as info
+from workers.server import info_routes as info, responses_routes
+from workers.server.embeddings import create_embeddings
 from workers.server.errors import error_response
 from workers.server.generation import (
     ENDPOINTS,
@@ -30,6 +33,7 @@ from workers.server.generation import (
     new_context,
     serve_generation,
 )
+from workers.server.response_store import ResponseStore
 
 
 class WorkerApp:
@@ -48,7 +52,13 @@ class WorkerApp:
         await self.starlette(scope, receive, send)
 
 
-def create_app(engine: Engine, *, owned_by: str = "kvgate", introspection: bool = True) -> WorkerApp:
+def create_app(
+    engine: Engine,
+    *,
+    owned_by: str = "kvgate",
+    introspection: bool = True,
+    responses: ResponseStore | None = None,
+) -> WorkerApp:
     """The worker app serving ``engine`` (tokenizing with ``engine.bundle``).
 
     Args:
@@ -56,6 +66,7 @@ def create_app(engine: Engine, *, owned_by: str = "kvgate", introspection: bool 
         owned_by: ``owned_by`` of the ``/v1/models`` card (a gateway detects kvgate's workers by it).
         introspection: serve ``/load``, ``/kv/events``, ``/kv/blocks``, ``/tokenize`` and ``/tokenizer``
             (False: they answer 404).
+        responses: where finished Responses API objects are kept (default: a ``ResponseStore()``).
     """
 
     @asynccontextmanager
@@ -69,6 +80,11 @@ def create_app(engine: Engine, *, owned_by: str = "kvgate", introspection: bool 
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/responses", responses_routes.create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", responses_routes.retrieve_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", responses_routes.delete_response, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/cancel", responses_routes.cancel_response, methods=["POST"]),
+        Route("/v1/embeddings", create_embeddings, methods=["POST"]),
         Route("/v1/models", info.models, methods=["GET"]),
         Route("/health", info.health, methods=["GET"]),
     ]
@@ -85,7 +101,7 @@ def create_app(engine: Engine, *, owned_by: str = "kvgate", introspection: bool 
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error},  # type: ignore[dict-item]
     )
-    ctx = new_context(engine, owned_by)
+    ctx = new_context(engine, owned_by, responses)
     app.state.worker = ctx
     return WorkerApp(app, ctx)
 

@@ -23,7 +23,17 @@ from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
 from kvgate_core.kvcontract.hashing import DEFAULT_BLOCK_SIZE
 from kvgate_core.tokenize.bundle import TokenizerBundle
 from workers.engine.block_manager import BlockManager
-from workers.engine_api import EventHub, EventSubscription, GenerationChunk, GenerationRequest, LoadInfo
+from workers.engine_api import (
+    ContextTooLongError,
+    Embeddings,
+    EventHub,
+    EventSubscription,
+    GenerationChunk,
+    GenerationRequest,
+    InvalidRequestError,
+    LoadInfo,
+)
+from workers.sim.embedding import SIM_EMBEDDING_DIM, sim_embeddings
 from workers.sim.scheduler import SimScheduler, SimSequence, SimTiming
 from workers.sim.text import WordBook
 from workers.sim.tier import SimTier
@@ -45,6 +55,7 @@ class SimConfig:
     kv_tokens: int = 1_048_576
     timing: SimTiming = field(default_factory=SimTiming)
     min_step_s: float = 0.001
+    embedding_dim: int = SIM_EMBEDDING_DIM
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.kv_tokens < self.block_size:
@@ -127,6 +138,20 @@ class SimEngine:
         else:
             self._wake.set()
         return SimStream(self._scheduler, seq, queue, self._wake, self._pushes)
+
+    async def embed(self, inputs: Sequence[Sequence[int]]) -> Embeddings:
+        """Deterministic bag-of-tokens vectors (``workers.sim.embedding``); no time is simulated."""
+        limit = self.max_model_len
+        for i, ids in enumerate(inputs):
+            if len(ids) > limit:
+                raise ContextTooLongError(
+                    f"input[{i}] has {len(ids)} tokens; this model's maximum context length is {limit}",
+                    "input",
+                )
+        try:
+            return sim_embeddings(inputs, self._config.embedding_dim)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), "input") from None
 
     def _spawn(self, coro: Coroutine[None, None, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)

@@ -115,3 +115,38 @@ def test_tokenize_returns_the_engine_ids(tiny: TokenizerBundle) -> None:
         tiny.chat_template.render(CHAT["messages"])
     )
     assert analyzer.tokenize({"prompt": [1, 2]}, Endpoint.COMPLETIONS) == [1, 2]
+
+
+def _vision(url: str, question: str = "what is in this picture, in detail?") -> dict[str, Any]:
+    parts = [
+        {"type": "text", "text": "You are looking at a photograph. " * 4},
+        {"type": "image_url", "image_url": {"url": url}},
+        {"type": "text", "text": question * 4},
+    ]
+    return {"messages": [{"role": "user", "content": parts}]}
+
+
+def test_an_image_is_folded_into_the_hashes_from_its_position_on() -> None:
+    analyzer = TokenizingAnalyzer(byte_bundle(), block_size=16, cache=PrefixTokenCache(0))
+    cat = analyzer.analyze(_vision("https://img/cat.png"), Endpoint.CHAT, "m").block_hashes
+    dog = analyzer.analyze(_vision("https://img/dog.png"), Endpoint.CHAT, "m").block_hashes
+    again = analyzer.analyze(_vision("https://img/cat.png"), Endpoint.CHAT, "m").block_hashes
+    assert cat == again  # the same image in the same place: the same blocks
+    shared = next(i for i, (a, b) in enumerate(zip(cat, dog, strict=True)) if a != b)
+    text_before = len("<|im_start|>user\n" + "You are looking at a photograph. " * 4) // 16
+    assert shared >= text_before - 1  # the text before the image is shared ...
+    assert all(a != b for a, b in zip(cat[shared:], dog[shared:], strict=True))  # ... nothing after it
+
+
+def test_a_responses_request_hashes_like_the_chat_it_stands_for() -> None:
+    analyzer = TokenizingAnalyzer(byte_bundle(), block_size=16, cache=PrefixTokenCache(0))
+    responses = {
+        "instructions": "Be brief.",
+        "input": [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi " * 20}]}
+        ],
+    }
+    chat = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi " * 20}]}
+    a = analyzer.analyze(responses, Endpoint.RESPONSES, "m")
+    b = analyzer.analyze(chat, Endpoint.CHAT, "m")
+    assert a == b and a.block_hashes

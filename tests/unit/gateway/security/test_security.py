@@ -99,6 +99,15 @@ async def test_request_rate_limit_answers_429_with_retry_after() -> None:
         assert (await c.post("/v1/completions", content=b"{}")).status_code == 200
 
 
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/embeddings", "/v1/messages", "/tokenize"])
+async def test_every_route_that_reaches_a_worker_is_rate_limited(path: str) -> None:
+    app = ErrorLayer(
+        RateLimitMiddleware(ok_app, RateLimits(requests_per_minute=1), MemoryBuckets(FakeClock()))
+    )
+    async with _client(app) as c:
+        assert [(await c.post(path, content=b"{}")).status_code for _ in range(2)] == [200, 429]
+
+
 async def test_token_rate_limit_charges_prompt_and_max_tokens_and_keeps_the_body() -> None:
     clock = FakeClock()
     app = ErrorLayer(RateLimitMiddleware(ok_app, RateLimits(tokens_per_minute=1000), MemoryBuckets(clock)))

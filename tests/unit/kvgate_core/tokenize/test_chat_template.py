@@ -93,6 +93,36 @@ def test_normalize_joins_text_parts() -> None:
     assert normalize_messages([{"role": "user", "content": parts}]) == [{"role": "user", "content": "a\nb"}]
 
 
+def test_a_media_part_becomes_the_marker_of_its_identity_where_it_stands() -> None:
+    def content(url: str) -> list[dict[str, object]]:
+        return [
+            {"type": "text", "text": "look:"},
+            {"type": "image_url", "image_url": {"url": url}},
+            {"type": "text", "text": "what is it?"},
+        ]
+
+    (a,) = normalize_messages([{"role": "user", "content": content("https://x/cat.png")}])
+    (b,) = normalize_messages([{"role": "user", "content": content("https://x/dog.png")}])
+    (a2,) = normalize_messages([{"role": "user", "content": content("https://x/cat.png")}])
+    assert a["content"].startswith("look:\n<|media:image:") and a["content"].endswith("|>\nwhat is it?")
+    assert a == a2
+    assert a["content"] != b["content"]
+    assert a["content"].split("<|media")[0] == b["content"].split("<|media")[0]
+
+
+def test_responses_api_parts_and_inline_data_are_accepted() -> None:
+    parts = [
+        {"type": "input_text", "text": "a"},
+        {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+        {"type": "input_file", "file_id": "file-1"},
+    ]
+    (msg,) = normalize_messages([{"role": "user", "content": parts}])
+    lines = msg["content"].split("\n")
+    assert lines[0] == "a"
+    assert [line.split(":")[1] for line in lines[1:]] == ["image", "audio", "file"]
+
+
 @pytest.mark.parametrize(
     "messages",
     [
@@ -100,9 +130,11 @@ def test_normalize_joins_text_parts() -> None:
         "hi",
         [{"content": "no role"}],
         [{"role": "user", "content": 3}],
-        [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
+        [{"role": "user", "content": [{"type": "hologram", "hologram": "x"}]}],
+        [{"role": "user", "content": ["a string part"]}],
     ],
-    ids=["empty", "not-a-list", "no-role", "bad-content", "image-part"],
+    ids=["empty", "not-a-list", "no-role", "bad-content", "image-without-url", "unknown-part", "not-object"],
 )
 def test_normalize_rejects_bad_messages(messages: object) -> None:
     with pytest.raises(ChatTemplateError):

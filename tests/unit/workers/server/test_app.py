@@ -101,7 +101,7 @@ async def test_streaming_completions_without_usage(client: httpx.AsyncClient):
 @pytest.mark.parametrize(
     ("path", "body", "status", "param"),
     [
-        ("/v1/chat/completions", _chat(n=2), 400, "n"),
+        ("/v1/chat/completions", _chat(n=9), 400, "n"),
         ("/v1/chat/completions", _chat(model="other"), 404, "model"),
         ("/v1/chat/completions", _chat(max_tokens=0), 400, "max_tokens"),
         ("/v1/chat/completions", _chat(max_tokens=10**6), 400, "max_tokens"),
