@@ -29,7 +29,7 @@ from pathlib import Path
 import orjson
 
 from kvgate_core.net import free_ports
-from loadtest.bench_proxy import wait_http
+from loadtest.bench_proxy import _MockWorker, wait_http
 from loadtest.bench_routing import cpu_seconds
 
 SYSTEM = "You are a careful assistant for a hardware store. Answer in two sentences. " * 6
@@ -83,28 +83,12 @@ def _chunked(body: bytes) -> bytes:
     return head + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
 
 
-class _Mock(asyncio.Protocol):
-    """An instant worker for both routes (keep-alive HTTP/1.1, just enough parsing)."""
+class _Mock(_MockWorker):
+    """``bench_proxy``'s instant worker, answering both routes (``_answer``)."""
 
-    def __init__(self) -> None:
-        self._buf = b""
-        self._transport: asyncio.WriteTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # a TCP transport
-
-    def data_received(self, data: bytes) -> None:
-        self._buf += data
-        while (end := self._buf.find(b"\r\n\r\n")) >= 0:
-            head = self._buf[:end].lower()
-            idx = head.find(b"content-length:")
-            length = int(head[idx + 15 :].split(b"\r\n", 1)[0]) if idx >= 0 else 0
-            if len(self._buf) < end + 4 + length:
-                return
-            body = self._buf[end + 4 : end + 4 + length]
-            self._buf = self._buf[end + 4 + length :]
-            assert self._transport is not None
-            self._transport.write(_answer(head.split(b" ", 2)[1], body))
+    @staticmethod
+    def _answer(path: bytes, body: bytes) -> bytes:
+        return _answer(path, body)
 
 
 def _answer(path: bytes, body: bytes) -> bytes:

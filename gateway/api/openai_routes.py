@@ -82,22 +82,12 @@ def _headers(scope: MutableMapping[str, Any]) -> dict[str, str]:
     return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
 
 
-class CompletionEndpoint:
-    """The ASGI app behind one prompt route (chat, completions, the Responses API)."""
-
-    def __init__(self, endpoint: Endpoint) -> None:
-        self._endpoint = endpoint
+class _Endpoint:
+    """The request boundary every route shares: errors become OpenAI's error answer, never a traceback."""
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
-        deps = deps_of(scope)
-        settings = deps.settings
         try:
-            headers = _headers(scope)
-            _check_headers(headers, settings.max_body_bytes)
-            raw = await read_body(receive, settings.max_body_bytes)
-            parsed = parse_request(raw, self._endpoint, max_tokens_limit=settings.max_tokens_limit)
-            req = deps.router.prepare(parsed, headers)
-            await deps.proxy.handle(parsed, req, raw, receive, send)
+            await self.serve(deps_of(scope), scope, receive, send)
         except KvgateError as exc:
             await send_error(send, exc)
         except StreamCut:
@@ -105,32 +95,43 @@ class CompletionEndpoint:
         except Exception as exc:  # noqa: BLE001 - request boundary: log it, answer 500, never leak a traceback
             await send_error(send, unexpected(exc))
 
+    async def serve(self, deps: Deps, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        raise NotImplementedError
 
-class BalancedEndpoint:
+
+class CompletionEndpoint(_Endpoint):
+    """The ASGI app behind one prompt route (chat, completions, the Responses API)."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self._endpoint = endpoint
+
+    async def serve(self, deps: Deps, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        settings = deps.settings
+        headers = _headers(scope)
+        _check_headers(headers, settings.max_body_bytes)
+        raw = await read_body(receive, settings.max_body_bytes)
+        parsed = parse_request(raw, self._endpoint, max_tokens_limit=settings.max_tokens_limit)
+        req = deps.router.prepare(parsed, headers)
+        await deps.proxy.handle(parsed, req, raw, receive, send)
+
+
+class BalancedEndpoint(_Endpoint):
     """The ASGI app behind a load-balanced route (``gateway.openai.routes``): embeddings, pass-through."""
 
     def __init__(self, route: Route, *, require_model: bool) -> None:
         self._route = route
         self._require_model = require_model
 
-    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
-        deps = deps_of(scope)
+    async def serve(self, deps: Deps, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
         settings = deps.settings
-        try:
-            headers = _headers(scope)
-            _check_headers(headers, settings.max_body_bytes)
-            raw = await read_body(receive, settings.max_body_bytes)
-            parsed = parse_balanced(raw, self._route, require_model=self._require_model)
-            if not parsed.model and len({m for r in deps.fleet for m in r.models}) > 1:
-                raise InvalidRequest("'model' is required: this gateway serves several models", param="model")
-            req = deps.router.prepare(parsed, headers)
-            await deps.proxy.handle(parsed, req, raw, receive, send)
-        except KvgateError as exc:
-            await send_error(send, exc)
-        except StreamCut:
-            raise
-        except Exception as exc:  # noqa: BLE001 - request boundary: log it, answer 500, never leak a traceback
-            await send_error(send, unexpected(exc))
+        headers = _headers(scope)
+        _check_headers(headers, settings.max_body_bytes)
+        raw = await read_body(receive, settings.max_body_bytes)
+        parsed = parse_balanced(raw, self._route, require_model=self._require_model)
+        if not parsed.model and len({m for r in deps.fleet for m in r.models}) > 1:
+            raise InvalidRequest("'model' is required: this gateway serves several models", param="model")
+        req = deps.router.prepare(parsed, headers)
+        await deps.proxy.handle(parsed, req, raw, receive, send)
 
 
 #: the sub-routes of a stored response: (method, suffix after the id)
@@ -149,35 +150,27 @@ def stored_response_route(method: str, path: str) -> tuple[str, str] | None:
     return unquote(response_id), suffix
 
 
-class StoredResponseEndpoint:
+class StoredResponseEndpoint(_Endpoint):
     """``GET|DELETE /v1/responses/{id}``, ``POST …/cancel``, ``GET …/input_items``: to the worker that stored
     the response (``gateway.proxy.sticky``), the answer relayed as it comes (``gateway.proxy.direct``)."""
 
-    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
-        deps = deps_of(scope)
-        try:
-            route = stored_response_route(scope["method"], scope["path"])
-            if route is None:
-                raise NotFound(f"no route {scope['method']} {scope['path']}")
-            response_id, suffix = route
-            affinity = deps.proxy.affinity
-            if affinity is None:
-                raise NotFound(f"Response with id '{response_id}' not found.")
-            body = b""
-            if scope["method"] == "POST":
-                body = await read_body(receive, deps.settings.max_body_bytes)
-            record = await affinity.owner(response_id)
-            path = response_path(response_id) + suffix
-            query = scope.get("query_string", b"")
-            target = (path + "?" + query.decode("latin-1") if query else path).encode("latin-1")
-            status = await deps.proxy.direct.forward(
-                record, (scope["method"].encode(), target, body), "responses", receive, send
-            )
-            if scope["method"] == "DELETE" and status in (200, 404):
-                await affinity.forget(response_id)
-        except KvgateError as exc:
-            await send_error(send, exc)
-        except StreamCut:
-            raise
-        except Exception as exc:  # noqa: BLE001 - request boundary: log it, answer 500, never leak a traceback
-            await send_error(send, unexpected(exc))
+    async def serve(self, deps: Deps, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        route = stored_response_route(scope["method"], scope["path"])
+        if route is None:
+            raise NotFound(f"no route {scope['method']} {scope['path']}")
+        response_id, suffix = route
+        affinity = deps.proxy.affinity
+        if affinity is None:
+            raise NotFound(f"Response with id '{response_id}' not found.")
+        body = b""
+        if scope["method"] == "POST":
+            body = await read_body(receive, deps.settings.max_body_bytes)
+        record = await affinity.owner(response_id)
+        path = response_path(response_id) + suffix
+        query = scope.get("query_string", b"")
+        target = (path + "?" + query.decode("latin-1") if query else path).encode("latin-1")
+        status = await deps.proxy.direct.forward(
+            record, (scope["method"].encode(), target, body), "responses", receive, send
+        )
+        if scope["method"] == "DELETE" and status in (200, 404):
+            await affinity.forget(response_id)

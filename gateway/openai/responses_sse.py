@@ -37,6 +37,9 @@ def responses_error_frames(message: str, code: str) -> bytes:
     return b"event: error\ndata: " + payload + b"\n\n"
 
 
+_RESPONSE_ID: Final = re.compile(rb'"response"\s*:\s*\{\s*"id"\s*:\s*"([^"\\]{1,256})"')
+_INPUT_TOKENS: Final = re.compile(rb'"input_tokens"\s*:\s*(\d+)')
+_CACHED_TOKENS: Final = re.compile(rb'"cached_tokens"\s*:\s*(\d+)')
 _LEADING_ID: Final = re.compile(rb'\A\s*\{\s*"id"\s*:\s*"([^"\\]{1,256})"')
 
 
@@ -135,6 +138,11 @@ class StreamWatch:
         head = self._head + read
         end = head.find(b"\n\n")
         while end >= 0:
+            quick = _RESPONSE_ID.search(head, 0, end)  # the response object's first field (OpenAI's order)
+            if quick is not None:
+                self.response_id = quick.group(1).decode()
+                self._head = None
+                return
             data = _data_of(head[:end])
             response = data.get("response") if isinstance(data, dict) else None
             if isinstance(response, dict) and isinstance(response.get("id"), str):
@@ -150,4 +158,11 @@ class StreamWatch:
         """The usage of the terminal event (None before one, or without usage)."""
         if self._tail is None:
             return None
-        return usage_of(_data_of(bytes(self._tail).replace(b"\r\n", b"\n")))
+        tail = bytes(self._tail)
+        at = tail.rfind(b'"usage"')
+        if at >= 0:  # read the two figures without parsing the whole response (its output may be long)
+            prompt = _INPUT_TOKENS.search(tail, at)
+            if prompt is not None:
+                cached = _CACHED_TOKENS.search(tail, at)
+                return TokenUsage(int(prompt.group(1)), int(cached.group(1)) if cached is not None else None)
+        return usage_of(_data_of(tail.replace(b"\r\n", b"\n")))
