@@ -51,6 +51,7 @@ from loadtest.fleet import Fleet, FleetSpec, launch
 from loadtest.foreign_fleet import WORD_BLOCK_SIZE, WorkerFleet, as_words, worker_tokens_per_token
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
 from loadtest.report import percentile, summarize
+from loadtest.router_cmd import tree_cpu_s
 from loadtest.trace import TraceOptions, trace_sessions
 from loadtest.workloads import Session, WorkloadSpec, multi_turn, shared_prefix
 
@@ -80,6 +81,18 @@ class Case:
     name: str
     policy: str
     gateways: int = 1
+    gateway_args: tuple[str, ...] = ()  # extra ``kvgate gateway`` flags (e.g. ``--processes 2``)
+
+    @property
+    def label(self) -> str:
+        """The policy, with the extra gateway flags if any (the table's first column)."""
+        return " ".join((self.policy, *self.gateway_args))
+
+    def slug(self, scenario: str) -> str:
+        """A file name for this case's logs and records under ``scenario``."""
+        return "-".join(
+            (scenario, self.policy, str(self.gateways), *(a.strip("-") for a in self.gateway_args))
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +112,9 @@ CASES = {
     "ll": Case("least_load", "least_load"),
     "pca": Case("prefix_cache_aware", "prefix_cache_aware"),
     "pca_x4": Case("prefix_cache_aware ×4 gw", "prefix_cache_aware", gateways=4),
+    "pca_p2": Case(
+        "prefix_cache_aware --processes 2", "prefix_cache_aware", gateway_args=("--processes", "2")
+    ),
 }
 
 
@@ -231,7 +247,7 @@ def run_case(
             [httpx.get(u + "/metrics", timeout=5.0).text for u in fleet.gateway_urls]
         )
     recs = run.records
-    dump = out / "records" / f"{scenario.name}-{case.policy}-{case.gateways}.jsonl"
+    dump = out / "records" / f"{case.slug(scenario.name)}.jsonl"
     dump.parent.mkdir(parents=True, exist_ok=True)
     with dump.open("w", encoding="utf-8") as f:
         for r in recs:
@@ -251,11 +267,11 @@ def run_case(
 def _fleet_spec(
     scenario: Scenario, case: Case, out: Path, pca_params: str | None, workers: WorkerFleet
 ) -> FleetSpec:
-    gateway_args: tuple[str, ...] = ()
+    gateway_args: tuple[str, ...] = case.gateway_args
     if pca_params and case.policy == "prefix_cache_aware":
         conf = out / "pca_policy.json"  # YAML is a superset of JSON
         conf.write_text(json.dumps({"type": case.policy, "params": json.loads(pca_params)}), encoding="utf-8")
-        gateway_args = ("--policy-config", str(conf))
+        gateway_args += ("--policy-config", str(conf))
     # The foreign fleet's gateway runs on its defaults: --policy only where it is not the default one.
     implicit = workers.foreign and case.policy == DEFAULT_POLICY and not gateway_args
     return FleetSpec(
@@ -265,7 +281,7 @@ def _fleet_spec(
         gateway_args=gateway_args,
         worker_args=workers.worker_args(DECODE_TPS, MAX_RUNNING),
         worker_fragment=f"kv_tokens={workers.kv_tokens}" if workers.foreign else "",
-        log_dir=out / "logs" / f"{scenario.name}-{case.policy}-{case.gateways}",
+        log_dir=out / "logs" / case.slug(scenario.name),
     )
 
 
@@ -285,9 +301,9 @@ def _drive(fleet: Fleet, scenario: Scenario, sessions: list[Session]) -> tuple[R
         request_timeout_s=60.0,
     )
     pids = [p.pid for p in fleet.gateway_procs]
-    before = sum(cpu_seconds(p) for p in pids)
+    before = sum(tree_cpu_s(p) for p in pids)  # a --processes gateway counts whole
     run = asyncio.run(run_load(sessions, cfg))
-    return run, sum(cpu_seconds(p) for p in pids) - before
+    return run, sum(tree_cpu_s(p) for p in pids) - before
 
 
 def predicted(records: Sequence[RequestRecord]) -> float:
@@ -316,7 +332,7 @@ def table(results: Sequence[CaseResult], prefill_tps: float = PREFILL_TPS) -> st
         cpu = 100.0 * r.gateway_cpu_s / max(r.run.wall_s, 1e-9) / r.case.gateways
         speed = f"{rr_p50 / s.ttft_p50:.2f}×" if rr and (rr_p50 := summarize(rr.run).ttft_p50) else "–"
         lines.append(
-            f"| {r.case.policy} | {r.case.gateways} | {s.requests} | {s.failed} | {s.req_per_s:.1f} "
+            f"| {r.case.label} | {r.case.gateways} | {s.requests} | {s.failed} | {s.req_per_s:.1f} "
             f"| {s.hit_rate:.1%} | {r.ideal_hit_rate:.1%} | {s.hit_rate / r.ideal_hit_rate:.2f} "
             f"| {s.ttft_p50 * 1e3:.1f} | {s.ttft_p99 * 1e3:.1f} | {speed} "
             f"| {queue_prefill_p50[r.case.name] * 1e3:.1f} | {r.imbalance:.2f} "
