@@ -223,7 +223,8 @@ class Router:
         hit_tokens = self._cached_tokens(req, hit_blocks, record)
         placement = self._placement(req, views, record.id)
         self._load.add_routed(record.id, req.num_prompt_tokens + (req.max_tokens or 0), hit_tokens, placement)
-        best_tokens = self._cached_tokens(req, max(v.gpu_hit_blocks for v in views))
+        # in the chosen worker's tokens, as the prediction it is compared with (``kvgate_prefix_*_tokens``)
+        best_tokens = self._cached_tokens(req, max(v.gpu_hit_blocks for v in views), record)
         prefill = self._fleet.get(decision.prefill_worker) if decision.prefill_worker is not None else None
         if prefill is not None and (not prefill.available or prefill.id == record.id):
             prefill = None  # PD degrades to decode-only, never fails the request

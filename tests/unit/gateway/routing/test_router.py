@@ -365,3 +365,19 @@ def test_with_bytes_for_tokens_the_prediction_is_counted_in_the_engines_tokens()
         {"worker": "w0", "gateway_prompt_tokens": 40, "engine_prompt_tokens": 11, "predicted_tokens": 0,
          "reported_tokens": 0, "tolerance_tokens": 16},
     ]  # fmt: skip
+
+
+def test_the_best_prediction_is_counted_in_the_same_tokens_as_the_prediction() -> None:
+    from gateway.engines.profiles import EngineKind
+
+    fleet = _fleet("m", "m")
+    for record in fleet:
+        record.facts.kind, record.facts.block_size = EngineKind.VLLM, 4
+    index = FakeIndex(hits={"w0": PrefixHit(gpu_blocks=1), "w1": PrefixHit(gpu_blocks=2)})
+    router = Router(fleet=fleet, load=MemoryLoadBoard(), policy=FakePolicy(needs=frozenset(Need)),
+                    analyzer=cast(PromptAnalyzer, FakeAnalyzer()), kv_index=index, block_size=16,
+                    metrics=Metrics(), units=FixedUnits(ratio=4.0))  # fmt: skip
+    routed = router.route(router.prepare(_parsed(), {}))  # 40 bytes of prompt, 16-byte blocks
+    assert routed.record.id == "w1"
+    # 2 blocks = 32 bytes = 8 engine tokens (of 10), in whole 4-token engine blocks: the same for both
+    assert routed.prefix_hit_tokens == routed.best_hit_tokens == 8
