@@ -134,8 +134,13 @@ def _shared_prefix(quick: bool) -> list[Session]:
 TRACE_OPTIONS = TraceOptions(speedup=10.0, scale=32, max_output_tokens=16)
 
 
-def _trace(quick: bool, speedup: float = TRACE_OPTIONS.speedup) -> list[Session]:
-    return trace_sessions(TRACE, replace(TRACE_OPTIONS, limit=400 if quick else 1000, speedup=speedup))
+def _trace(
+    quick: bool, speedup: float = TRACE_OPTIONS.speedup, burst_spread_ms: float = 0.0
+) -> list[Session]:
+    options = replace(
+        TRACE_OPTIONS, limit=400 if quick else 1000, speedup=speedup, burst_spread_ms=burst_spread_ms
+    )
+    return trace_sessions(TRACE, options)
 
 
 def prefill_utilisation(run: RunResult, prefill_tps: float, workers: int = NUM_WORKERS) -> float:
@@ -387,11 +392,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="each kvgate-fleet worker's prefill rate (the foreign fleet's is scaled from it); lower it to "
         "load the fleet",
     )  # fmt: skip
+    ap.add_argument(
+        "--burst-spread-ms", type=float, default=0.0,
+        help="trace: spread each burst of same-instant arrivals evenly over this many ms (0: as recorded)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     scenarios = dict(SCENARIOS)
-    if args.trace_speedup != TRACE_OPTIONS.speedup:
+    if args.trace_speedup != TRACE_OPTIONS.speedup or args.burst_spread_ms:
         scenarios["trace"] = replace(
-            SCENARIOS["trace"], sessions=lambda quick: _trace(quick, args.trace_speedup)
+            SCENARIOS["trace"], sessions=lambda quick: _trace(quick, args.trace_speedup, args.burst_spread_ms)
         )
     names, cases = args.scenarios.split(","), args.cases.split(",")
     unknown = [n for n in names if n not in SCENARIOS] + [c for c in cases if c not in CASES]

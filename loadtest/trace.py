@@ -42,6 +42,9 @@ class TraceOptions:
     vocab_size: int = 250
     max_output_tokens: int | None = None
     limit: int | None = None
+    #: spread each run of same-instant arrivals (the trace's timestamps sit on a coarse grid) evenly over
+    #: this window, in order: live, such a burst reaches a gateway over some milliseconds, not at once
+    burst_spread_ms: float = 0.0
 
 
 def read_trace(path: str | Path, limit: int | None = None) -> Iterator[TraceRecord]:
@@ -94,10 +97,31 @@ def prompt_tokens(rec: TraceRecord, opts: TraceOptions) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
 
 
+def spread_bursts(arrivals: list[float], window_s: float) -> list[float]:
+    """``arrivals`` (sorted) with each run of equal times spread evenly over ``window_s``, in order: a run of
+    ``k`` gets offsets ``0, window/k, 2·window/k, …``."""
+    out = list(arrivals)
+    start = 0
+    while start < len(out):
+        end = start
+        while end + 1 < len(out) and arrivals[end + 1] == arrivals[start]:
+            end += 1
+        k = end - start + 1
+        for j in range(k):
+            out[start + j] = arrivals[start] + j * window_s / k
+        start = end + 1
+    return out
+
+
 def trace_sessions(path: str | Path, opts: TraceOptions) -> list[Session]:
-    """One single-request session per record, arriving at ``timestamp / speedup``."""
+    """One single-request session per record, arriving at ``timestamp / speedup`` (bursts spread over
+    ``opts.burst_spread_ms``)."""
+    records = list(read_trace(path, opts.limit))
+    arrivals = [rec.timestamp_ms / 1000.0 / opts.speedup for rec in records]
+    if opts.burst_spread_ms > 0:
+        arrivals = spread_bursts(arrivals, opts.burst_spread_ms / 1000.0)
     sessions = []
-    for i, rec in enumerate(read_trace(path, opts.limit)):
+    for i, rec in enumerate(records):
         out = max(1, rec.output_length // opts.scale)
         if opts.max_output_tokens is not None:
             out = min(out, opts.max_output_tokens)
@@ -111,7 +135,7 @@ def trace_sessions(path: str | Path, opts: TraceOptions) -> list[Session]:
             Session(
                 f"trace-{i}",
                 (WorkRequest("completions", body),),
-                arrival_s=rec.timestamp_ms / 1000.0 / opts.speedup,
+                arrival_s=arrivals[i],
             )
         )
     return sessions

@@ -82,3 +82,11 @@ def test_real_trace_prefix_reuse_survives_conversion() -> None:
                 by_first[rec.hash_ids[0]][: len(first)], first[: len(by_first[rec.hash_ids[0]])]
             )
         by_first.setdefault(rec.hash_ids[0], first)
+
+
+def test_bursts_spread_evenly_over_the_window_in_order() -> None:
+    from loadtest.trace import spread_bursts
+
+    out = spread_bursts([0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 2.0], 0.01)
+    assert out == pytest.approx([0.0, 0.0025, 0.005, 0.0075, 1.0, 2.0, 2.005])
+    assert spread_bursts([], 0.01) == []
