@@ -83,8 +83,13 @@ def envoy_config(
     epp_port: int,
     workers: Sequence[str],
     failure_mode_allow: bool,
+    picker_tls: bool = False,
 ) -> dict[str, Any]:
-    """GIE.md §4.3's config, for sketch A (``original_dst``), B (``override_host``) or ``plain``."""
+    """GIE.md §4.3's config, for sketch A (``original_dst``), B (``override_host``) or ``plain``.
+
+    ``picker_tls``: reach the picker over TLS without verifying its certificate, as the GIE gateways do
+    with an EPP's self-signed one (``kvgate epp``'s default).
+    """
     cluster = "original_destination_cluster" if mode == ORIGINAL_DST else "pool"
     route = {
         "cluster": cluster,
@@ -151,6 +156,14 @@ def envoy_config(
             ],
         },
     }
+    if picker_tls:
+        ext_proc["transport_socket"] = {
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "common_tls_context": {"alpn_protocols": ["h2"]},
+            },
+        }
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
         "static_resources": {

@@ -58,6 +58,16 @@ def _credentials(settings: EppSettings) -> grpc.ServerCredentials | None:
     return grpc.ssl_server_credentials([(identity.key_pem, identity.cert_pem)])
 
 
+def _transport(settings: EppSettings) -> str:
+    if not settings.secure_serving:
+        return "plaintext"
+    return (
+        f"TLS, certificate from {settings.cert_path}"
+        if settings.cert_path
+        else "TLS, self-signed certificate"
+    )
+
+
 def _bind(server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> None:
     if credentials is None:
         server.add_insecure_port(address)
@@ -140,7 +150,10 @@ async def serve_picker(
                     for server in servers:
                         await server.start()
                     await health.set_ready(True)
-                    logger.warning("kvgate epp serving ext_proc on %s:%d", gateway.host, settings.grpc_port)
+                    logger.warning(
+                        "kvgate epp serving ext_proc on %s:%d (%s)", gateway.host, settings.grpc_port,
+                        _transport(settings),
+                    )  # fmt: skip
                     on_ready()
                     await stop.wait()
                     await health.set_ready(False)

@@ -34,7 +34,13 @@ def envoy_binary() -> str:
 
 @contextmanager
 def run_envoy(
-    logs: Path, mode: str, *, epp_port: int, workers: Sequence[str], failure_mode_allow: bool = False
+    logs: Path,
+    mode: str,
+    *,
+    epp_port: int,
+    workers: Sequence[str],
+    failure_mode_allow: bool = False,
+    picker_tls: bool = False,
 ) -> Iterator[str]:
     """Envoy listening on loopback, configured for ``mode``; yields its base URL; stopped by PID."""
     listen, admin = free_port(), free_port()
@@ -45,6 +51,7 @@ def run_envoy(
         epp_port=epp_port,
         workers=workers,
         failure_mode_allow=failure_mode_allow,
+        picker_tls=picker_tls,
     )
     path = logs / f"envoy-{mode}-{listen}.yaml"
     path.write_text(yaml.safe_dump(config))

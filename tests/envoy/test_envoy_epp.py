@@ -129,6 +129,21 @@ def test_client_destination_header_is_ignored(logs: Path, fleet: EppFleet) -> No
     assert r.status_code == 200 and r.headers["x-kvgate-worker"] in fleet.workers
 
 
+def test_the_picker_speaks_tls_by_default(logs: Path, workers: list[str]) -> None:
+    """``kvgate epp`` on its defaults serves TLS with a certificate it made at start; Envoy reaches it the
+    way the GIE gateways do (TLS, the certificate not verified), and a stream goes through."""
+    body = {"model": MODEL, "max_tokens": 4, "stream": True, "messages": [{"role": "user", "content": "tls"}]}
+    (logs / "tls").mkdir(exist_ok=True)
+    with (
+        epp_fleet(logs / "tls", workers=workers, tls=True) as secure,
+        run_envoy(logs, OVERRIDE_HOST, epp_port=secure.grpc_port, workers=workers, picker_tls=True) as envoy,
+    ):
+        r = httpx.post(f"{envoy}/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 200 and r.headers["x-kvgate-worker"] in workers
+    assert r.text.rstrip().endswith("data: [DONE]")
+    assert "self-signed" in (logs / "tls" / "epp.log").read_text(errors="replace").lower()
+
+
 @pytest.mark.parametrize(("mode", "status"), [(ORIGINAL_DST, 503), (OVERRIDE_HOST, 200)])
 def test_fallback_lists_need_override_host(mode: str, status: int, logs: Path, workers: list[str]) -> None:
     """Envoy's ORIGINAL_DST cluster cannot parse ``a,b``: every request is a 503 (GIE.md §4.2)."""

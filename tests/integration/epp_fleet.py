@@ -49,9 +49,15 @@ def start_workers(
 
 @contextmanager
 def epp_fleet(
-    logs: Path, *, num_workers: int = 2, epp_args: Sequence[str] = (), workers: Sequence[str] | None = None
+    logs: Path,
+    *,
+    num_workers: int = 2,
+    epp_args: Sequence[str] = (),
+    workers: Sequence[str] | None = None,
+    tls: bool = False,
 ) -> Iterator[EppFleet]:
-    """Sim workers (unless ``workers`` are given) and a plaintext ``kvgate epp`` in front; stopped by PID."""
+    """Sim workers (unless ``workers`` are given) and a ``kvgate epp`` in front, plaintext unless ``tls``
+    (its default: a self-signed certificate made at start); stopped by PID."""
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         if workers is None:
@@ -66,7 +72,7 @@ def epp_fleet(
             "--metrics-port",
             str(metrics_port),
             "--secure-serving",
-            "off",
+            "on" if tls else "off",
             "--health-interval-s",
             "0.5",
             *(f"--worker=http://{w}" for w in workers),
