@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -281,3 +282,36 @@ def test_shed_when_every_endpoint_is_at_its_cap(tmp_path: Path) -> None:
         shed, big = asyncio.run(scenario())
         assert shed == 429
         assert big == 413
+
+
+def test_sigterm_turns_readiness_off_first_then_drains_and_exits(tmp_path: Path) -> None:
+    """On SIGTERM the picker answers NOT_SERVING for ``--drain-timeout-s`` (the gateways stop sending new
+    streams) while a stream in flight still gets its answer; then it exits 0."""
+    with epp_fleet(tmp_path, num_workers=1, epp_args=["--drain-timeout-s", "3"]) as f:
+        epp = f.procs["epp"]
+
+        async def scenario() -> tuple[int, int]:
+            queue: asyncio.Queue[pb.ProcessingRequest | None] = asyncio.Queue()
+            queue.put_nowait(headers_message(CHAT))
+
+            async def held() -> AsyncIterator[pb.ProcessingRequest]:
+                while (m := await queue.get()) is not None:
+                    yield m
+
+            async with grpc.aio.insecure_channel(f.target) as channel:
+                call = pb_grpc.ExternalProcessorStub(channel).Process(held(), timeout=20)
+                epp.send_signal(signal.SIGTERM)
+                await asyncio.sleep(0.5)
+                health = await health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service="readiness"), timeout=5
+                )
+                for m in body_messages(_chat("in flight during the drain")):
+                    queue.put_nowait(m)
+                answer = await call.read()  # the stream that was open still gets its pick
+                call.cancel()
+            return int(health.status), len(destination(answer)[0])
+
+        status, picked = asyncio.run(scenario())
+        assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert picked > 0
+        assert epp.wait(timeout=30) == 0
