@@ -1,4 +1,5 @@
-"""``kvgate gateway``: flags, then uvicorn (uvloop + httptools) serving ``create_app``."""
+"""``kvgate gateway``: flags, then an HTTP server on uvloop serving ``create_app``: uvicorn (httptools), or
+``--http-server kvgate``, the lean one in ``kvgate_core.h1_server``."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ from gateway.settings import (
 from gateway.state.redis_client import is_redis_url
 from kvgate_core.asgi import ASGIApp
 from kvgate_core.config import parse_layered
+from kvgate_core.h1_server.context import ServerLimits
+from kvgate_core.h1_server.server import H1Server
 from kvgate_core.tracing import build_tracer_provider
 
 if TYPE_CHECKING:
@@ -52,6 +55,15 @@ logger = logging.getLogger(__name__)
 _BASE_FDS = 64
 #: a soft limit to aim for when the hard one is unlimited (Linux refuses more than fs.nr_open, 2**20)
 _UNLIMITED_TARGET = 1 << 20
+#: the HTTP servers ``--http-server`` picks from
+HTTP_SERVERS = ("uvicorn", "kvgate")
+#: seconds an idle client keep-alive connection stays open (both servers)
+_KEEP_ALIVE_S = 30
+#: ``--http-server``'s help
+HTTP_SERVER_HELP = (
+    "HTTP server for client connections: uvicorn (default) | kvgate (lean asyncio + httptools server, "
+    "less CPU per request)"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -150,6 +162,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "this process may use. They share routing state through --state redis://…; with memory state, "
         "through a private redis-server (from PATH) the parent runs",
     )  # fmt: skip
+    parser.add_argument(
+        "--http-server",
+        default="uvicorn",
+        choices=HTTP_SERVERS,
+        help=HTTP_SERVER_HELP,
+    )
     parser.add_argument("--process-index", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     add_security_arguments(parser)
@@ -207,9 +225,11 @@ def serve(
     grace_s: float,
     reload_source: WorkerSource | None = None,
     child: ChildRole | None = None,
+    http_server: str = "uvicorn",
 ) -> bool:
     """Run the gateway until SIGINT/SIGTERM (graceful: in-flight requests get ``grace_s``); as ``child``
-    of a ``--processes`` parent, on a port it shares with its siblings.
+    of a ``--processes`` parent, on a port it shares with its siblings; with ``http_server`` (one of
+    ``HTTP_SERVERS``) handling the client connections.
 
     Raises:
         ConfigError: the preflight (``gateway.deps.preflight``) found the configuration unworkable.
@@ -226,8 +246,17 @@ def serve(
             ) from None
     settings, deps = asyncio.run(preflight(settings))
     app = build_asgi(settings, security, reload_source, deps)
+    if child is not None:
+        app = tag_responses(app, child.index)
+    on_started = child.report_ready if child is not None else None
+    if http_server == "kvgate":
+        limits = ServerLimits(keep_alive_s=_KEEP_ALIVE_S)
+        lean = H1Server(app, grace_s=grace_s, limits=limits, backlog=4096, on_started=on_started)
+        gc.freeze()  # as below
+        lean.run(settings.host, settings.port, sockets)
+        return lean.started
     config = uvicorn.Config(
-        app if child is None else tag_responses(app, child.index),
+        app,
         host=settings.host,
         port=settings.port,
         loop="uvloop",
@@ -236,10 +265,10 @@ def serve(
         access_log=False,
         log_level=settings.log_level,
         backlog=4096,
-        timeout_keep_alive=30,
+        timeout_keep_alive=_KEEP_ALIVE_S,
         timeout_graceful_shutdown=max(1, math.ceil(grace_s)),
     )
-    server = _Server(config, child.report_ready if child is not None else None)
+    server = _Server(config, on_started)
     # Everything imported so far (FastAPI, pydantic, the routes' models: ~100k objects) lives as long as the
     # process; frozen, the garbage collector stops rescanning it on every full collection (measured:
     # streaming CPU per request 170 → 151-160 µs in loadtest.bench_proxy).
@@ -362,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
             if code is not None:
                 return code
         source = _worker_source(argv) if argv is not None else None
-        started = serve(settings, security, args.shutdown_grace_s, source, child)
+        started = serve(settings, security, args.shutdown_grace_s, source, child, args.http_server)
     except ConfigError as exc:
         sys.stderr.write(f"kvgate gateway: {exc.message}\n")
         return 2
