@@ -26,7 +26,7 @@ from gateway.errors import (
     send_error,
 )
 from gateway.openai.routes import RESPONSES_PREFIX
-from gateway.openai.schema import Route, parse_balanced, parse_request
+from gateway.openai.schema import ParsedRequest, Route, parse_balanced, parse_request
 from gateway.proxy.sticky import response_path
 from gateway.proxy.stream import StreamCut
 from kvgate_core.asgi import Receive, Send
@@ -99,39 +99,44 @@ class _Endpoint:
         raise NotImplementedError
 
 
-class CompletionEndpoint(_Endpoint):
+class _BodyEndpoint(_Endpoint):
+    """A route with a JSON body: read within the limit, parsed (``parse``), routed and proxied."""
+
+    async def serve(self, deps: Deps, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        limit = deps.settings.max_body_bytes
+        headers = _headers(scope)
+        _check_headers(headers, limit)
+        raw = await read_body(receive, limit)
+        parsed = self.parse(deps, raw)
+        req = deps.router.prepare(parsed, headers)
+        await deps.proxy.handle(parsed, req, raw, receive, send)
+
+    def parse(self, deps: Deps, raw: bytes) -> ParsedRequest:
+        raise NotImplementedError
+
+
+class CompletionEndpoint(_BodyEndpoint):
     """The ASGI app behind one prompt route (chat, completions, the Responses API)."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self._endpoint = endpoint
 
-    async def serve(self, deps: Deps, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
-        settings = deps.settings
-        headers = _headers(scope)
-        _check_headers(headers, settings.max_body_bytes)
-        raw = await read_body(receive, settings.max_body_bytes)
-        parsed = parse_request(raw, self._endpoint, max_tokens_limit=settings.max_tokens_limit)
-        req = deps.router.prepare(parsed, headers)
-        await deps.proxy.handle(parsed, req, raw, receive, send)
+    def parse(self, deps: Deps, raw: bytes) -> ParsedRequest:
+        return parse_request(raw, self._endpoint, max_tokens_limit=deps.settings.max_tokens_limit)
 
 
-class BalancedEndpoint(_Endpoint):
+class BalancedEndpoint(_BodyEndpoint):
     """The ASGI app behind a load-balanced route (``gateway.openai.routes``): embeddings, pass-through."""
 
     def __init__(self, route: Route, *, require_model: bool) -> None:
         self._route = route
         self._require_model = require_model
 
-    async def serve(self, deps: Deps, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
-        settings = deps.settings
-        headers = _headers(scope)
-        _check_headers(headers, settings.max_body_bytes)
-        raw = await read_body(receive, settings.max_body_bytes)
+    def parse(self, deps: Deps, raw: bytes) -> ParsedRequest:
         parsed = parse_balanced(raw, self._route, require_model=self._require_model)
         if not parsed.model and len({m for r in deps.fleet for m in r.models}) > 1:
             raise InvalidRequest("'model' is required: this gateway serves several models", param="model")
-        req = deps.router.prepare(parsed, headers)
-        await deps.proxy.handle(parsed, req, raw, receive, send)
+        return parsed
 
 
 #: the sub-routes of a stored response: (method, suffix after the id)
