@@ -1,5 +1,5 @@
-"""``kvgate gateway``: flags, then an HTTP server on uvloop serving ``create_app``: uvicorn (httptools), or
-``--http-server kvgate``, the lean one in ``kvgate_core.h1_server``."""
+"""``kvgate gateway``: flags, then an HTTP server on uvloop serving ``create_app``: the lean one in
+``kvgate_core.h1_server`` (``--http-server kvgate``, the default), or uvicorn (``--http-server uvicorn``)."""
 
 from __future__ import annotations
 
@@ -61,8 +61,8 @@ HTTP_SERVERS = ("uvicorn", "kvgate")
 _KEEP_ALIVE_S = 30
 #: ``--http-server``'s help
 HTTP_SERVER_HELP = (
-    "HTTP server for client connections: uvicorn (default) | kvgate (lean asyncio + httptools server, "
-    "less CPU per request)"
+    "HTTP server for client connections: kvgate (default: the lean asyncio + httptools server, less CPU "
+    "per request) | uvicorn"
 )
 
 
@@ -164,7 +164,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--http-server",
-        default="uvicorn",
+        default="kvgate",
         choices=HTTP_SERVERS,
         help=HTTP_SERVER_HELP,
     )
@@ -225,7 +225,7 @@ def serve(
     grace_s: float,
     reload_source: WorkerSource | None = None,
     child: ChildRole | None = None,
-    http_server: str = "uvicorn",
+    http_server: str = "kvgate",
 ) -> bool:
     """Run the gateway until SIGINT/SIGTERM (graceful: in-flight requests get ``grace_s``); as ``child``
     of a ``--processes`` parent, on a port it shares with its siblings; with ``http_server`` (one of
