@@ -175,3 +175,41 @@ def test_picker_down(allow: bool, posts: set[int], get: int, logs: Path, workers
             time.sleep(0.2)
             assert httpx.post(f"{envoy}/v1/chat/completions", json=body, timeout=30).status_code in posts
             assert httpx.get(f"{envoy}/v1/models", timeout=30).status_code == get
+
+
+def test_a_dead_pick_falls_back_and_envoy_reports_who_served(logs: Path) -> None:
+    """``override_host`` with ``--fallbacks 1``: the picked worker dies (the picker has not probed it since),
+    Envoy falls back to the second endpoint of the list and reports it in ``envoy.lb``
+    (``x-gateway-destination-endpoint-served``); the picker moves the request's accounting there."""
+    where = logs / "served"
+    where.mkdir(exist_ok=True)
+    procs = start_workers(where, 2)
+    pair = list(procs)
+    slow_probes = ["--fallbacks", "1", "--health-interval-s", "60", "--log-level", "info"]
+    try:
+        with (
+            epp_fleet(where, workers=pair, epp_args=slow_probes) as f,
+            run_envoy(where, OVERRIDE_HOST, epp_port=f.grpc_port, workers=pair) as envoy,
+            httpx.Client(base_url=envoy, timeout=30) as client,
+        ):
+            messages = [
+                {"role": "user", "content": "a conversation that its first worker will not finish " * 8}
+            ]
+            first = client.post(
+                "/v1/chat/completions", json={"model": MODEL, "messages": messages, "max_tokens": 4}
+            )
+            assert first.status_code == 200, first.text
+            picked = first.headers["x-kvgate-worker"]
+            stop_process(procs[picked])  # the picker still believes it healthy (probes every 60 s)
+            messages += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}]
+            second = client.post(
+                "/v1/chat/completions", json={"model": MODEL, "messages": messages, "max_tokens": 4}
+            )
+            assert second.status_code == 200, second.text
+            survivor = next(w for w in pair if w != picked)
+            assert second.headers["x-kvgate-worker"] == survivor  # the served endpoint, as Envoy reported it
+        log = (where / "epp.log").read_text(errors="replace")
+        assert "served elsewhere than picked" in log
+    finally:
+        for proc in procs.values():
+            stop_process(proc)
