@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import resource
+import signal
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -226,10 +227,13 @@ def serve(
     reload_source: WorkerSource | None = None,
     child: ChildRole | None = None,
     http_server: str = "kvgate",
+    reraise_signal: bool = False,
 ) -> bool:
     """Run the gateway until SIGINT/SIGTERM (graceful: in-flight requests get ``grace_s``); as ``child``
     of a ``--processes`` parent, on a port it shares with its siblings; with ``http_server`` (one of
-    ``HTTP_SERVERS``) handling the client connections.
+    ``HTTP_SERVERS``) handling the client connections. ``reraise_signal``: once shut down, raise the
+    signal that stopped the server again, for a caller whose own handler says how the process ended
+    (``kvgate demo``; uvicorn always does this).
 
     Raises:
         ConfigError: the preflight (``gateway.deps.preflight``) found the configuration unworkable.
@@ -254,6 +258,8 @@ def serve(
         lean = H1Server(app, grace_s=grace_s, limits=limits, backlog=4096, on_started=on_started)
         gc.freeze()  # as below
         lean.run(settings.host, settings.port, sockets)
+        if reraise_signal and lean.stopped_by is not None:
+            signal.raise_signal(lean.stopped_by)
         return lean.started
     config = uvicorn.Config(
         app,

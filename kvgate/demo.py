@@ -125,9 +125,9 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    # SIGTERM (kill, docker stop, systemd) must stop the workers too. uvicorn handles it during ``serve``
-    # and then raises it again once the gateway has shut down: without a handler of ours, that second one
-    # would end the process before the ``finally`` below stops the workers.
+    # SIGTERM (kill, docker stop, systemd) must stop the workers too. The gateway's server handles it during
+    # ``serve`` and then raises it again once the gateway has shut down (``reraise_signal``): without a
+    # handler of ours, that second one would end the process before the ``finally`` below stops the workers.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     *worker_ports, spare = free_ports(3)
     port = args.port if _port_free(args.port) else spare
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
                 settings = replace(settings, policy=args.policy)
             sys.stdout.write(usage_text(f"http://127.0.0.1:{port}", model, kind))
             sys.stdout.flush()
-            started = serve(settings, SecuritySettings(), grace_s=5.0)
+            started = serve(settings, SecuritySettings(), grace_s=5.0, reraise_signal=True)
         except ConfigError as exc:
             sys.stderr.write(f"kvgate demo: {exc.message}\n")
             return 2

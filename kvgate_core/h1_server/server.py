@@ -42,6 +42,7 @@ class H1Server:
         self._stop: asyncio.Event | None = None
         self._force: asyncio.Event | None = None
         self.ports: list[int] = []
+        self.stopped_by: int | None = None  # the signal that began the shutdown, if one did
 
     def run(self, host: str, port: int, sockets: Sequence[socket.socket] | None = None) -> None:
         """Serve on a uvloop event loop until a signal stops the server (blocking)."""
@@ -49,6 +50,11 @@ class H1Server:
 
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(self.serve(host, port, sockets, handle_signals=True))
+
+    def _on_signal(self, sig: int) -> None:
+        if self.stopped_by is None:
+            self.stopped_by = sig
+        self.request_stop()
 
     def request_stop(self) -> None:
         """Begin the graceful shutdown (a second call skips the rest of the grace period)."""
@@ -70,9 +76,10 @@ class H1Server:
         ``request_stop``, drain, stop the app. Returns without serving when the app's start-up fails."""
         loop = asyncio.get_running_loop()
         self._stop, self._force = asyncio.Event(), asyncio.Event()
+        previous = {sig: signal.getsignal(sig) for sig in _SIGNALS} if handle_signals else {}
         if handle_signals:
             for sig in _SIGNALS:
-                loop.add_signal_handler(sig, self.request_stop)
+                loop.add_signal_handler(sig, self._on_signal, sig)
         lifespan = Lifespan(self._ctx.app)
         try:
             await lifespan.startup()
@@ -92,9 +99,11 @@ class H1Server:
             await self._drain(servers)
             self._ctx.date.stop()
             await lifespan.shutdown()
-            if handle_signals:
-                for sig in _SIGNALS:
-                    loop.remove_signal_handler(sig)
+            for sig, handler in previous.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(
+                    sig, handler
+                )  # the caller's own handlers again (asyncio would leave the default)
 
     async def _listen(
         self, loop: asyncio.AbstractEventLoop, host: str, port: int, sockets: Sequence[socket.socket] | None
