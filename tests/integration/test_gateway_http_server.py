@@ -7,9 +7,7 @@ environment (the flag's layered default).
 
 from __future__ import annotations
 
-import signal
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ import openai
 import pytest
 
 from tests.integration.gateway_fleet import Fleet, gateway_fleet
-from tests.support.waiting import wait_until
+from tests.support.sigterm_stream import stream_across_sigterm
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -103,22 +101,11 @@ def test_a_client_leaving_mid_stream_leaves_the_gateway_serving(fleet: Fleet) ->
 def test_sigterm_lets_an_in_flight_stream_finish(tmp_path: Path) -> None:
     body = {"model": MODEL, "max_tokens": 30, "stream": True, "ignore_eos": True,
             "messages": [{"role": "user", "content": "tell me a long story"}]}  # fmt: skip
-    chunks: list[bytes] = []
     with gateway_fleet(
         tmp_path, num_workers=1, worker_args=["--decode-tps", "20"], gateway_args=GATEWAY_ARGS
     ) as fleet:
         proc = fleet.gateway_proc
         assert proc is not None
-
-        def consume() -> None:
-            with httpx.stream("POST", fleet.gateway + "/v1/chat/completions", json=body, timeout=30) as r:
-                chunks.extend(r.iter_bytes())
-
-        reader = threading.Thread(target=consume)
-        reader.start()
-        wait_until(lambda: len(chunks) > 0, timeout_s=20)
-        proc.send_signal(signal.SIGTERM)
-        reader.join(30)
+        text = stream_across_sigterm(fleet.gateway + "/v1/chat/completions", body, proc)
         assert proc.wait(30) == 0
-    text = b"".join(chunks)
     assert text.rstrip().endswith(b"data: [DONE]") and b'"error"' not in text

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import httpx2
 import openai
 import pytest
 
 from tests.integration.gateway_fleet import Fleet, gateway_fleet
+from tests.support.sigterm_stream import stream_across_sigterm
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
@@ -93,22 +92,11 @@ def test_sigterm_drains_an_in_flight_stream_and_exits_zero(fleet: Fleet) -> None
     assert proc is not None
     body = {"model": "kvgate-sim", "max_tokens": 60, "stream": True, "ignore_eos": True,
             "messages": [{"role": "user", "content": "tell me a long story"}]}  # fmt: skip
-    chunks: list[bytes] = []
     seen: set[str] = set()
     wait_until(lambda: both_seen(fresh_client(fleet), seen), timeout_s=90)  # both serve: start-up done
-
-    def consume() -> None:
-        with httpx.stream("POST", fleet.gateway + "/v1/chat/completions", json=body, timeout=30) as r:
-            chunks.extend(r.iter_bytes())
-
-    # slow the stream down: 60 tokens at the workers' 200 tokens/s leave the stream open ~0.3 s
-    reader = threading.Thread(target=consume)
-    reader.start()
-    wait_until(lambda: len(chunks) > 0, timeout_s=20)
-    proc.send_signal(signal.SIGTERM)
-    reader.join(30)
+    # 60 tokens at the workers' 200 tokens/s leave the stream open ~0.3 s
+    text = stream_across_sigterm(fleet.gateway + "/v1/chat/completions", body, proc)
     assert proc.wait(40) == 0
-    text = b"".join(chunks)
     assert text.rstrip().endswith(b"data: [DONE]")
     assert b'"error"' not in text
     assert children(proc.pid) == []
