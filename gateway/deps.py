@@ -20,6 +20,7 @@ import httpx
 
 from gateway.analyze.analyzer import PromptAnalyzer
 from gateway.analyze.factory import TokenizerChoice, analyzer_for, resolve_tokenizer
+from gateway.engines.block_probe import probe_byte_block
 from gateway.errors import ConfigError
 from gateway.feeds import EventFollower, FeedHooks, FeedRunner, detect_fleet
 from gateway.fleet.health import HealthChecker
@@ -137,14 +138,20 @@ class AnalyzerChoice:
     analyzer: PromptAnalyzer | None
     approximate_only: bool = False
     block_size: int = DEFAULT_BLOCK_SIZE  # the block size the analyzer hashes in
+    #: the byte fallback's bytes per engine token, learned by the start-up probe (None: not learned)
+    bytes_per_token: float | None = None
 
 
-async def build_analyzer(settings: Settings, policy: Policy, client: httpx.AsyncClient) -> AnalyzerChoice:
+async def build_analyzer(
+    settings: Settings, policy: Policy, client: httpx.AsyncClient, *, probe: bool = False
+) -> AnalyzerChoice:
     """The prompt analyzer when the policy needs tokens or block hashes (else none).
 
     With ``--tokenizer auto`` this never fails: when no worker serves its tokenizer (``GET /tokenizer``) or
     names a readable model directory (``/v1/models``), the byte tokenizer stands in, routing on the
-    approximate index, and one WARNING line says what precise routing would need.
+    approximate index, and one WARNING line says what precise routing would need. Its block size is
+    ``--block-size`` when given, else (with ``probe``) one engine block in bytes as the workers tell it
+    (``gateway.engines.block_probe``), else ``BYTE_BLOCK_SIZE``.
 
     Raises:
         ConfigError: the policy needs tokens but ``--tokenizer none`` was given, or an explicit tokenizer
@@ -160,32 +167,49 @@ async def build_analyzer(settings: Settings, policy: Policy, client: httpx.Async
         )
     except ValueError as exc:
         raise ConfigError(f"--tokenizer: {exc}") from None
-    block_size = settings.block_size
-    if choice.bundle is None:
-        if not settings.block_size_given:
-            block_size = BYTE_BLOCK_SIZE
-        logger.warning(
-            "no exact tokenizer (%s): routing cache-aware on the byte tokenizer with the approximate index "
-            "(%d-byte blocks); for precise routing on the engines' KV events give --tokenizer PATH (the "
-            "engine's tokenizer.json or model directory, readable by the gateway)",
-            choice.source, block_size,
-        )  # fmt: skip
-        choice = TokenizerChoice(byte_bundle(), "byte tokenizer (fallback)", exact=False)
+    if choice.bundle is not None:
+        return AnalyzerChoice(
+            analyzer_for(choice, block_size=settings.block_size),
+            approximate_only=not choice.exact,
+            block_size=settings.block_size,
+        )
+    block_size, ratio, how = await _byte_block(settings, client, probe)
+    logger.warning(
+        "no exact tokenizer (%s): routing cache-aware on the byte tokenizer with the approximate index "
+        "(%d-byte blocks); for precise routing on the engines' KV events give --tokenizer PATH (the "
+        "engine's tokenizer.json or model directory, readable by the gateway); byte block: %s",
+        choice.source, block_size, how,
+    )  # fmt: skip
+    fallback = TokenizerChoice(byte_bundle(), "byte tokenizer (fallback)", exact=False)
     return AnalyzerChoice(
-        analyzer_for(choice, block_size=block_size), approximate_only=not choice.exact, block_size=block_size
-    )
+        analyzer_for(fallback, block_size=block_size), approximate_only=True, block_size=block_size,
+        bytes_per_token=ratio,
+    )  # fmt: skip
+
+
+async def _byte_block(
+    settings: Settings, client: httpx.AsyncClient, probe: bool
+) -> tuple[int, float | None, str]:
+    """The byte fallback's block size, the bytes per engine token learned (or None), and how it was chosen."""
+    if settings.block_size_given:
+        return settings.block_size, None, "--block-size"
+    if not probe or not settings.workers:
+        return BYTE_BLOCK_SIZE, None, "the default"
+    learned = await probe_byte_block(settings.workers, client, default=BYTE_BLOCK_SIZE)
+    return learned.size, learned.bytes_per_token, learned.describe()
 
 
 def fallback_settings(settings: Settings, chosen: AnalyzerChoice) -> Settings:
     """The settings to serve with once the analyzer is chosen: with only the byte fallback, the approximate
-    index and the fallback's block size."""
+    index, the fallback's block size and the bytes per engine token learned at start."""
     if not chosen.approximate_only:
         return settings
     if settings.kv_index != "approximate":
         logger.warning("KV index: approximate (the gateway's tokens are not the engines')")
     return dataclasses.replace(
-        settings, kv_index="approximate", block_size=chosen.block_size, exact_tokens=False
-    )
+        settings, kv_index="approximate", block_size=chosen.block_size, exact_tokens=False,
+        bytes_per_token=chosen.bytes_per_token,
+    )  # fmt: skip
 
 
 async def preflight(settings: Settings) -> tuple[Settings, DepsOverrides]:
@@ -209,7 +233,7 @@ async def preflight(settings: Settings) -> tuple[Settings, DepsOverrides]:
     except ValueError as exc:
         raise ConfigError(f"--role-pools: {exc}") from None
     async with httpx.AsyncClient(timeout=httpx.Timeout(5.0, connect=settings.timeouts.connect_s)) as client:
-        chosen = await build_analyzer(settings, policy, client)
+        chosen = await build_analyzer(settings, policy, client, probe=True)
     return fallback_settings(settings, chosen), DepsOverrides(analyzer=chosen.analyzer)
 
 
@@ -224,7 +248,7 @@ def _open_kv(
     config = KVServiceConfig(
         approximate=ApproximateIndexConfig() if settings.kv_index == "approximate" else None,
         follow_fleet=settings.kv_index == "auto",
-        units=CapacityConfig(initial_ratio=1.0 if settings.exact_tokens else BYTES_PER_TOKEN),
+        units=CapacityConfig(initial_ratio=_initial_ratio(settings)),
     )
     cm: AbstractAsyncContextManager[KVService] = open_kv_service(
         state_url=settings.state_url,
@@ -238,6 +262,14 @@ def _open_kv(
         activity=hooks.activity if hooks is not None else None,
     )
     return cm
+
+
+def _initial_ratio(settings: Settings) -> float:
+    """Gateway tokens per engine token before usage is seen: 1 with the engines' tokenizer; with the byte
+    fallback what the start-up probe learned, else ``BYTES_PER_TOKEN``."""
+    if settings.exact_tokens:
+        return 1.0
+    return settings.bytes_per_token or BYTES_PER_TOKEN
 
 
 @asynccontextmanager

@@ -95,8 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--block-size", type=int, default=None,
-        help=f"tokens per KV block (default {DEFAULT_BLOCK_SIZE}; {BYTE_BLOCK_SIZE} bytes when the byte "
-        "tokenizer stands in for an engine's)",
+        help=f"tokens per KV block (default {DEFAULT_BLOCK_SIZE}); when the byte tokenizer stands in for an "
+        "engine's: one engine block in bytes, learned at start from the workers' usage.prompt_tokens "
+        f"(else {BYTE_BLOCK_SIZE}); giving it turns the probe off",
     )  # fmt: skip
     parser.add_argument(
         "--max-body-bytes", type=int, default=8 * 1024 * 1024, help="request body limit (413)"
@@ -311,7 +312,10 @@ def supervise(num_processes: int, settings: Settings, argv: Sequence[str], grace
         )  # fmt: skip
         return None
     check_port_free(settings.host, settings.port)
-    asyncio.run(preflight(settings))
+    served, _ = asyncio.run(preflight(settings))
+    # The children hash in the block the parent's probe chose: probes of their own could disagree (a worker
+    # answering one child late), and processes sharing an index must hash alike.
+    pinned = ["--block-size", str(served.block_size)] if served.block_size != settings.block_size else []
     with contextlib.ExitStack() as stack:
         state_url = settings.state_url
         if redis_server is not None:
@@ -324,7 +328,7 @@ def supervise(num_processes: int, settings: Settings, argv: Sequence[str], grace
         def command(index: int, ready_fd: int | None) -> list[str]:
             ready = ["--ready-fd", str(ready_fd)] if ready_fd is not None else []
             return [sys.executable, "-m", "kvgate.cli", *argv, "--processes", "1", "--state", state_url,
-                    "--process-index", str(index), *ready]  # fmt: skip
+                    "--process-index", str(index), *pinned, *ready]  # fmt: skip
 
         code: int = Supervisor(num_processes, command, grace_s).run()
     return code

@@ -193,8 +193,10 @@ class Settings:
     recent_half_life_s: float = DEFAULT_HALF_LIFE_S  # decay of the recent routed load policies read
     tokenizer: str = "auto"
     block_size: int = DEFAULT_BLOCK_SIZE
-    block_size_given: bool = False  # --block-size was given (else the byte fallback hashes 64-byte blocks)
+    block_size_given: bool = False  # --block-size was given (else the byte fallback's block is probed)
     exact_tokens: bool = True  # the gateway's tokens are the engines' (false once the byte fallback stands)
+    #: with the byte fallback, bytes per engine token as the start-up probe learned it (None: not learned)
+    bytes_per_token: float | None = None
     max_body_bytes: int = 8 * 1024 * 1024
     max_tokens_limit: int = 1_000_000
     timeouts: Timeouts = field(default_factory=Timeouts)

@@ -37,6 +37,10 @@ class UiGateway(BaseModel):
     #: ``approximate``; ``off`` when the policy uses no prefix hits
     kv_index: str
     index_blocks: int | None
+    #: the block the prompt is hashed in: tokens of the engines' tokenizer, or bytes where the byte
+    #: tokenizer stands in (``block_unit``; the start-up probe's choice, or ``--block-size``)
+    block_size: int | None
+    block_unit: str | None
     #: predicted prefix hits are not materialising (gateway-wide; None: no prediction is checked)
     drift: bool | None
     #: of the predicted hit tokens over the feedback window, the share workers confirmed
@@ -101,6 +105,8 @@ def _gateway(deps: AppDeps, version: str, feedback: PrefixFeedback | None) -> Ui
         redis_degraded=(kv.degraded if kv is not None else False) if shared else None,
         kv_index=deps.settings.kv_index if kv is not None else "off",
         index_blocks=kv.index.num_blocks() if kv is not None else None,
+        block_size=deps.settings.block_size if kv is not None else None,
+        block_unit=("tokens" if deps.settings.exact_tokens else "bytes") if kv is not None else None,
         drift=feedback.drift if feedback is not None and feedback.realised_ratio is not None else None,
         realised=feedback.realised_ratio if feedback is not None else None,
         window_s=deps.proxy.stats.window_s,

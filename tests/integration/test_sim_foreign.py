@@ -3,6 +3,7 @@ gateway started with nothing but ``--worker URL``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,7 +134,10 @@ def test_the_gateway_learns_the_workers_units_and_predicts_in_its_tokens(
         ratio = units["gateway_tokens_per_engine_token"]
         assert 4 < ratio < 12, units  # bytes per whitespace word, learned from usage.prompt_tokens
         assert units["usage_samples"] >= 1
-        expected = 4096 * ratio * units["capacity_scale"] / 64  # the worker's 4,096 words in 64-byte blocks
+        found = re.search(r"\((\d+)-byte blocks\)", log.read_text())  # the start-up probe's block size
+        assert found is not None, log.read_text()
+        block = int(found.group(1))
+        expected = 4096 * ratio * units["capacity_scale"] / block  # the worker's 4,096 words in byte blocks
         assert abs(units["assumed_capacity_blocks"] - expected) <= 0.05 * expected, units
     finally:
         stop_process(proc)

@@ -99,7 +99,7 @@ function gatewayLine(g, workers) {
     const modes = new Map();
     for (const w of workers) modes.set(w.index.mode, (modes.get(w.index.mode) || 0) + 1);
     const split = [...modes].map(([mode, n]) => `${n} ${mode}`).join(", ");
-    index = `${g.kv_index} (${split || "no worker"}), ${num(g.index_blocks)} blocks`;
+    index = `${g.kv_index} (${split || "no worker"}), ${num(g.index_blocks)} blocks of ${g.block_size} ${g.block_unit}`;
   }
   parts.push(el("span", { "data-fact": "index" }, "KV index ", el("b", {}, index)));
   if (g.drift === null) {

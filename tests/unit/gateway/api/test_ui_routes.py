@@ -68,6 +68,7 @@ async def test_state_shows_each_worker_its_window_and_the_last_decisions() -> No
         "prefix_cache_aware", "memory", None, "approximate",
     )  # fmt: skip
     assert gw["replicas"] == 1 and gw["index_blocks"] > 0 and gw["drift"] is False
+    assert gw["block_size"] > 0 and gw["block_unit"] in ("tokens", "bytes")
     workers = {w["id"]: w for w in state["workers"]}
     assert set(workers) == {f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"}
     served = [w for w in workers.values() if w["window"]["requests"]]
@@ -91,6 +92,7 @@ async def test_state_without_a_prefix_index() -> None:
     assert (state["gateway"]["kv_index"], state["gateway"]["drift"], state["gateway"]["index_blocks"]) == (
         "off", None, None,
     )  # fmt: skip
+    assert (state["gateway"]["block_size"], state["gateway"]["block_unit"]) == (None, None)
     worker = state["workers"][0]
     assert worker["index"]["mode"] == "off" and worker["window"]["predicted_hit"] is None
     assert state["decisions"][0]["blocks"] == 0
