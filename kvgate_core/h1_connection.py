@@ -100,6 +100,11 @@ class H1Connection(asyncio.Protocol):
             self.transport.resume_reading()
         return data
 
+    @property
+    def drained(self) -> bool:
+        """True once the response is complete and every body byte was read (``read_chunk`` gives b"")."""
+        return self.complete and not self._chunks
+
     async def read_all(self) -> bytes:
         parts = []
         while chunk := await self.read_chunk():

@@ -1,7 +1,8 @@
 """Request headers the gateway passes on to the worker, as complete header lines.
 
 Only what the worker needs to do the same as the gateway: the tenant (folded into the KV hash root on both
-sides) and the W3C trace context of the gateway's current span, when tracing is on. Client headers are
+sides) and the W3C trace context of the gateway's current span, when tracing is on
+(``kvgate_core.tracing.active_tracer``). Client headers are
 otherwise not forwarded (no auth keys reach workers).
 """
 
@@ -14,6 +15,7 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from kvgate_core.kvcontract.extra_keys import TENANT_HEADER
+from kvgate_core.tracing import active_tracer
 
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 
@@ -28,7 +30,8 @@ def upstream_headers(headers: Mapping[str, str]) -> bytes:
     tenant = headers.get(TENANT_HEADER)
     if tenant and _safe(tenant):
         out += f"{TENANT_HEADER}: {tenant}\r\n".encode("latin-1", "replace")
-    if trace.get_current_span().get_span_context().is_valid:
+    # no tracer on the request (tracing off, the default): no span to pass on, and no OpenTelemetry calls
+    if active_tracer.get() is not None and trace.get_current_span().get_span_context().is_valid:
         carrier: dict[str, str] = {}
         _PROPAGATOR.inject(carrier)
         out += "".join(f"{k}: {v}\r\n" for k, v in carrier.items() if _safe(v)).encode("latin-1", "replace")

@@ -78,11 +78,21 @@ class Result:
 
 
 class StreamRelay:
-    """Relays one streamed completion per call."""
+    """Relays one streamed completion per call.
 
-    def __init__(self, pool: H1Pool, timeouts: Timeouts) -> None:
+    Args:
+        pool: upstream connections.
+        timeouts: the first-byte and idle deadlines.
+        on_first_token: called with the request once its stream's first chunk arrived (its prefill is done
+            on the worker: ``Router.first_token``).
+    """
+
+    def __init__(
+        self, pool: H1Pool, timeouts: Timeouts, on_first_token: Callable[[Routed], None] | None = None
+    ) -> None:
         self._pool = pool
         self._timeouts = timeouts
+        self._on_first_token = on_first_token
 
     async def relay(
         self,
@@ -158,10 +168,13 @@ class StreamRelay:
                     raise RetryableFailure(WorkerUnavailable(f"worker {worker} sent an empty stream"), "eof")
                 ttfb_s = loop.time() - started_at
                 routed.record.breaker.record_success()
+                if self._on_first_token is not None:
+                    self._on_first_token(routed)
                 ctype = SSE_TYPE if watch is None else conn.content_type
                 headers = proxied_headers(ctype, worker, routed.prefix_hit_tokens, None, routed.prefill_id)
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
                 started = True
+                closed = False  # the client's response already complete (``_copy`` ended it)
                 if watch is not None:
                     ended = await self._copy_watched(
                         conn, first, send, deadline, on_answered, watch, on_response_id
@@ -170,9 +183,12 @@ class StreamRelay:
                 elif shaped.strip_usage_chunk:
                     ended, usage = await self._copy_without_usage(conn, first, send, deadline, on_answered)
                 else:
-                    ended, usage = await self._copy(conn, first, send, deadline, on_answered, want_usage)
+                    ended, usage, closed = await self._copy(
+                        conn, first, send, deadline, on_answered, want_usage
+                    )
             if ended:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                if not closed:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return Result(200, ok=True, usage=usage, ttfb_s=ttfb_s)
             # every engine fronted here ends a good stream with [DONE] (MII 0.3.3 too, ``StreamResults``);
             # TensorRT-LLM drops the connection on an error instead of sending an error event
@@ -194,8 +210,10 @@ class StreamRelay:
         deadline: asyncio.Timeout,
         on_answered: OnAnswered,
         want_usage: bool,
-    ) -> tuple[bool, TokenUsage | None]:
-        """Pass every read on as it is; whether ``[DONE]`` ended it, and the usage seen."""
+    ) -> tuple[bool, TokenUsage | None, bool]:
+        """Pass every read on as it is; whether ``[DONE]`` ended it, the usage seen, and whether the client's
+        response is complete already: a read that ends the stream and the worker's response both goes out
+        with the response's end, in one write."""
         loop = asyncio.get_running_loop()
         idle_s = self._timeouts.idle_s
         usage: TokenUsage | None = None
@@ -207,6 +225,9 @@ class StreamRelay:
             ended = ends_stream(chunk)
             if ended:
                 on_answered(answered=True)
+                if conn.drained:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                    return True, usage, True
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             deadline.reschedule(loop.time() + idle_s)
             before, last = last, chunk
@@ -214,7 +235,7 @@ class StreamRelay:
         if not ended and _split_done(before, last):
             ended = True
             on_answered(answered=True)
-        return ended, usage
+        return ended, usage, False
 
     async def _copy_without_usage(
         self, conn: H1Connection, chunk: bytes, send: Send, deadline: asyncio.Timeout, on_answered: OnAnswered

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from kvgate_core.asgi import ASGIApp, Message
@@ -18,6 +20,7 @@ logger = logging.getLogger(__name__)
 
 _NONE, _LENGTH, _CHUNKED, _UNTIL_CLOSE = range(4)
 _DISCONNECT: Message = {"type": "http.disconnect"}
+_CRLF = re.compile(rb"[\r\n]")
 
 
 class Link(Protocol):
@@ -51,6 +54,7 @@ class RequestCycle:
         "_length",
         "_link",
         "_mode",
+        "_on_disconnect",
         "_sent",
         "_waiter",
         "body_complete",
@@ -85,6 +89,7 @@ class RequestCycle:
         self._mode = _NONE
         self._length = -1
         self._sent = 0
+        self._on_disconnect: Callable[[], None] | None = None
 
     # fed by the connection
     def feed(self, body: bytes) -> None:
@@ -100,9 +105,26 @@ class RequestCycle:
         self._wake()
 
     def disconnect(self) -> None:
-        """The client left: ``receive`` answers ``http.disconnect`` and ``send`` does nothing from now on."""
+        """The client left: ``receive`` answers ``http.disconnect``, ``send`` does nothing from now on, and
+        the watcher registered with ``watch_disconnect`` is called."""
         self.disconnected = True
         self._wake()
+        callback = self._on_disconnect
+        if callback is not None:
+            self._on_disconnect = None
+            callback()
+
+    def watch_disconnect(self, callback: Callable[[], None] | None) -> bool:
+        """Call ``callback`` once when the client leaves (replacing any earlier one; None: stop watching).
+
+        The cheap way to learn of a disconnect (``kvgate_core.asgi.disconnect_watch``): no task waits on
+        ``receive``. Returns False, watching nothing, when the client has left already.
+        """
+        if self.disconnected:
+            self._on_disconnect = None
+            return False
+        self._on_disconnect = callback
+        return True
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -195,11 +217,9 @@ class RequestCycle:
             await link.drain()
 
     def _start(self, status: int, headers: Any) -> None:
-        head = [status_line(status), self._link.date()]
+        lines: list[bytes] = []
         app_close = False
         for name, value in headers:
-            if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
-                raise RuntimeError(f"invalid response header {name!r}")
             lname = name.lower()
             if lname == b"content-length":
                 self._length = int(value)
@@ -208,7 +228,15 @@ class RequestCycle:
                 self._mode = _CHUNKED
             elif lname == b"connection" and value.lower() == b"close":
                 app_close = True
-            head += (name, b": ", value, b"\r\n")
+            lines += (name, b": ", value, b"\r\n")
+        block = b"".join(lines)
+        # each line has one CR and one LF, its end: none in a name or value (counted once, not per header:
+        # ``b"\r" in value`` is slow on bytes, it tries the value as an int first)
+        num_lines = len(lines) >> 2
+        if block.count(b"\n") != num_lines or block.count(b"\r") != num_lines:
+            bad = next(n for n, v in zip(lines[::4], lines[2::4], strict=True) if _CRLF.search(n + v))
+            raise RuntimeError(f"invalid response header {bad!r}")
+        head = [status_line(status), self._link.date(), block]
         self._bodyless = status in NO_BODY_STATUSES or self._head_only
         if app_close or self._link.closing:
             self.keep_alive = False

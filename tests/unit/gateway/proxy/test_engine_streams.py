@@ -54,6 +54,10 @@ class ScriptedConnection:
     status: int = 200
     content_type: bytes = b"text/event-stream"
 
+    @property
+    def drained(self) -> bool:
+        return not self.reads and not self.broken
+
     async def read_chunk(self) -> bytes:
         await asyncio.sleep(0)
         if self.reads:
