@@ -16,12 +16,14 @@ Hit rates, measured (``cached_tokens`` / ``prompt_tokens`` the workers report) a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import numpy as np
 
+from gateway.kvindex.approximate import ApproximateKVIndex
+from gateway.kvindex.capacity import BYTES_PER_TOKEN, CapacityConfig, CapacityLearner
 from kvgate_core.kvcontract.hashing import DEFAULT_BLOCK_SIZE
 from kvgate_core.tokenize.bundle import TokenizerBundle, byte_bundle
 from kvgate_core.tokenize.request_prompt import Endpoint
@@ -101,3 +103,57 @@ class WorkerFleet:
             f"{self.prefill_tps:.0f} prefill words/s each = the kvgate fleet's at "
             f"{self.units_ratio:.3f} words per kvgate token)"
         )
+
+
+class GuessedPlacement:
+    """One gateway replica's view of an event-less fleet, as the live gateway keeps it (for ``route_sim``):
+    the approximate index of what was routed, in the gateway's byte blocks, sized per worker by the
+    ``CapacityLearner`` from ``#kv_tokens=`` and corrected from the ``cached_tokens`` the workers report.
+
+    Args:
+        workers: worker ids.
+        kv_tokens: each worker's KV capacity in its own tokens (``#kv_tokens=``).
+        block_size: the gateway's block, in bytes.
+        engine_block: the engines' block, in their tokens (predictions are rounded down to it).
+        clock: simulated time.
+    """
+
+    def __init__(
+        self,
+        workers: Sequence[str],
+        kv_tokens: int,
+        *,
+        block_size: int,
+        engine_block: int = WORD_BLOCK_SIZE,
+        clock: Callable[[], float],
+    ) -> None:
+        self.index = ApproximateKVIndex(clock=clock)
+        self.units = CapacityLearner(
+            self.index, block_size=block_size, config=CapacityConfig(initial_ratio=BYTES_PER_TOKEN)
+        )
+        self._block_size = block_size
+        self._engine_block = engine_block
+        for w in workers:
+            self.units.set_engine_capacity(w, kv_tokens)
+
+    def hits(self, hashes: Sequence[int], workers: Sequence[str]) -> list[int]:
+        """Leading blocks of ``hashes`` assumed cached on each of ``workers``, in order."""
+        found = self.index.longest_prefix(hashes, workers)
+        return [found[w].gpu_blocks if w in found else 0 for w in workers]
+
+    def predicted(self, worker: str, hit_blocks: int, prompt_tokens: int) -> int:
+        """What the gateway predicts ``worker`` reports cached (``Router._cached_tokens``): engine tokens,
+        whole engine blocks, never the prompt's last token."""
+        tokens = self.units.engine_tokens(worker, min(hit_blocks * self._block_size, prompt_tokens))
+        prompt = self.units.engine_tokens(worker, prompt_tokens)
+        return max(0, min(tokens, prompt - 1) // self._engine_block * self._engine_block)
+
+    def finished(
+        self, worker: str, gateway_tokens: int, engine_tokens: int, predicted: int, reported: int
+    ) -> None:
+        """A request ended: its usage as the worker reported it."""
+        self.units.observe(
+            worker, gateway_prompt_tokens=gateway_tokens, engine_prompt_tokens=engine_tokens,
+            predicted_tokens=predicted, reported_tokens=reported, tolerance_tokens=self._engine_block,
+            learn_capacity=True,
+        )  # fmt: skip

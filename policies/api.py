@@ -89,6 +89,9 @@ class WorkerView:
             (new sessions, cold prefixes, one-offs: ``policies.placement``), decayed the same way.
         recent_follow_ups: requests sent to the worker lately because it held more of their prompt than the
             least-holding candidate, decayed the same way.
+        prefill_tokens: of ``inflight_tokens``, the prompt tokens (predicted uncached) of requests that have
+            not produced their first token yet: the prefill queued or running on the worker. None where the
+            gateway cannot tell (it has not seen a first token reported yet).
     """
 
     id: WorkerId
@@ -105,6 +108,7 @@ class WorkerView:
     recent_cached_tokens: float = 0.0
     recent_streams: float = 0.0
     recent_follow_ups: float = 0.0
+    prefill_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

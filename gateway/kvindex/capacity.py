@@ -13,8 +13,14 @@ exact tokenizer) one engine token is several gateway tokens. ``CapacityLearner``
   the assumed capacity shrinks; when the engine reports more than predicted while the assumed cache is full,
   the index forgot placement the worker still had and the capacity grows. Both by a small factor, bounded.
 
-The capacity pushed to the index is ``engine tokens × ratio × scale / block size`` (or the index's default
-× scale when the engine's is unknown); the index caps what it holds by its own memory budget whatever is
+The assumed capacity is ``engine tokens × ratio × scale / block size`` (or the index's default × scale when
+the engine's is unknown), and the index keeps placement for ``headroom`` × that: the two errors do not cost
+the same. Kept too long, a placement the worker has evicted sends a request to it for nothing more than the
+prefill it would have paid anywhere, and that worker then holds the prefix again (affinity stands). Forgotten
+too early, a placement the worker still has sends the prefix's next request elsewhere, a second copy that
+crowds both caches, and gateway replicas whose ratios were learned from different samples (1% apart)
+disagree at the margin on where a prefix lives (``route_sim --fleet foreign``, shared prefix, 4 replicas:
+hit/ideal 0.95 at 1.0, 1.00 at 1.25). The index caps what it holds by its own memory budget whatever is
 learned here. ``engine_tokens`` turns a count of gateway tokens into the engine's, so that predicted hits
 (the ``x-kvgate-prefix-hit`` header, the drift alarm) compare with what the engine reports like for like.
 """
@@ -61,6 +67,7 @@ class CapacityConfig:
         min_scale: the least ``scale`` (a fleet that shares its cache with other traffic).
         max_scale: the most ``scale``.
         push_tolerance: a capacity that moved less than this share is not pushed to the index again.
+        headroom: placement is kept for this many times the assumed capacity (see the module docstring).
     """
 
     initial_ratio: float = 1.0
@@ -69,12 +76,15 @@ class CapacityConfig:
     min_scale: float = 0.125
     max_scale: float = 4.0
     push_tolerance: float = 0.02
+    headroom: float = 1.25
 
     def __post_init__(self) -> None:
         if self.initial_ratio <= 0 or not 0 < self.ratio_weight <= 1 or not 0 < self.step < 1:
             raise ValueError("initial_ratio > 0, 0 < ratio_weight <= 1 and 0 < step < 1 are required")
         if not 0 < self.min_scale <= 1 <= self.max_scale:
             raise ValueError("need 0 < min_scale <= 1 <= max_scale")
+        if self.headroom < 1:
+            raise ValueError("headroom must be >= 1")
 
 
 @dataclass(slots=True)
@@ -87,13 +97,15 @@ class WorkerUnits:
     samples: int = 0
     misses: int = 0  # predictions the engine did not confirm
     shortfalls: int = 0  # reports above the prediction while the assumed cache was full
-    pushed_blocks: int = 0
+    pushed_blocks: int = 0  # the assumed capacity, in the gateway's blocks
+    kept_blocks: int = 0  # what the index keeps: ``headroom`` × that
 
     def as_dict(self) -> dict[str, float | int | None]:
         return {
             "gateway_tokens_per_engine_token": round(self.ratio, 3),
             "capacity_scale": round(self.scale, 3),
             "assumed_capacity_blocks": self.pushed_blocks,
+            "kept_capacity_blocks": self.kept_blocks,
             "usage_samples": self.samples,
             "missed_predictions": self.misses,
             "short_predictions": self.shortfalls,
@@ -181,7 +193,12 @@ class CapacityLearner:
         return units
 
     def _full(self, worker: str) -> bool:
-        return self._index.held(worker) >= 0.9 * self._index.capacity(worker)
+        """Whether the index holds about as much for ``worker`` as it is assumed to keep."""
+        units = self._workers.get(worker)
+        assumed = (
+            units.pushed_blocks if units is not None and units.pushed_blocks else self._index.capacity(worker)
+        )
+        return self._index.held(worker) >= 0.9 * assumed
 
     def _push(self, worker: str, units: WorkerUnits, *, force: bool = False) -> None:
         if units.engine_capacity_tokens is not None:
@@ -194,4 +211,5 @@ class CapacityLearner:
         moved = abs(target - units.pushed_blocks) > self._config.push_tolerance * max(units.pushed_blocks, 1)
         if force or moved:
             units.pushed_blocks = target
-            self._index.set_capacity(worker, target)
+            units.kept_blocks = max(1, int(target * self._config.headroom))
+            self._index.set_capacity(worker, units.kept_blocks)

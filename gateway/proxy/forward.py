@@ -109,7 +109,7 @@ class Proxy:
         self._retry = retry
         self._rng = rng
         self._sleep = sleep
-        self._relay = StreamRelay(pool, timeouts)
+        self._relay = StreamRelay(pool, timeouts, on_first_token=router.first_token)
         self._limits = limits or UpstreamLimits()
         self._shed = ShedLog(metrics)
 

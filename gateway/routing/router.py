@@ -24,6 +24,7 @@ from gateway.kvindex.index import KVIndex, PrefixHit
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
 from gateway.routing.decisions import DecisionLog
+from gateway.routing.prefill_watch import PrefillWatch, Ticket
 from gateway.state.protocols import LoadBoard
 from kvgate_core.kvcontract.extra_keys import TENANT_HEADER
 from policies.api import Decision, Need, Observer, Outcome, Policy, RouteRequest, WorkerId, WorkerView
@@ -45,6 +46,7 @@ class Routed:
     prefill: WorkerRecord | None = None  # PD: the prefill worker (None: the decode worker prefills)
     best_hit_tokens: int = 0  # the best predicted hit on any worker (closed-loop feedback)
     balanced: bool = False  # placed by load or pinned, not by the policy: its observer is not told
+    ticket: Ticket | None = None  # its share of the worker's pending prefill (``Router.first_token``)
 
     @property
     def prefill_id(self) -> str | None:
@@ -78,6 +80,8 @@ class Router:
         decisions: where the last decisions are kept for the admin page (a new ``DecisionLog`` if None).
         units: each worker's tokens per the gateway's, and the closed loop on its assumed cache (the KV
             service); None: the gateway's tokens are taken for the engines'.
+        prefill_watch: this gateway's in-flight requests still waiting for their first token (a new
+            ``PrefillWatch`` if None): ``WorkerView.prefill_tokens`` once the proxy reports first tokens.
     """
 
     def __init__(
@@ -95,7 +99,9 @@ class Router:
         upstream_queue: Callable[[str], int] = lambda _url: 0,
         decisions: DecisionLog | None = None,
         units: TokenUnits | None = None,
+        prefill_watch: PrefillWatch | None = None,
     ) -> None:
+        self._watch = prefill_watch if prefill_watch is not None else PrefillWatch()
         self.decisions = decisions if decisions is not None else DecisionLog()
         self._units = units
         self._upstream_queue = upstream_queue
@@ -177,6 +183,7 @@ class Router:
                     recent_cached_tokens=load.recent_cached_tokens,
                     recent_streams=load.recent_streams,
                     recent_follow_ups=load.recent_follow_ups,
+                    prefill_tokens=self._watch.prefill_tokens(r.id, load.inflight_tokens),
                 )
             )
         return tuple(views)
@@ -234,9 +241,12 @@ class Router:
             how = self._placement(req, views, prefill.id)  # the prefill worker holds the prompt's KV next
             self._load.add_routed(prefill.id, req.num_prompt_tokens, hit, how)
         self.decisions.add(req, decision, views, prefill.id if prefill is not None else None)
+        # what the proxy holds on the worker (``gateway.proxy.forward``): uncached prompt + completion budget
+        uncached = max(0, req.num_prompt_tokens - hit_tokens)
+        ticket = self._watch.open(record.id, uncached, uncached + (req.max_tokens or 0))
         return Routed(
             request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens, prefill=prefill,
-            best_hit_tokens=best_tokens,
+            best_hit_tokens=best_tokens, ticket=ticket,
         )  # fmt: skip
 
     def route_to(self, req: RouteRequest, record: WorkerRecord, reason: str) -> Routed:
@@ -302,6 +312,8 @@ class Router:
         """Tell an observing policy how a routed request ended, and join prediction with reality
         (``prompt_tokens`` and ``cached_tokens``: the engine's usage, None where it reported none)."""
         req = routed.request
+        if routed.ticket is not None:
+            self._watch.close(routed.ticket)
         if routed.balanced:
             return
         if ok and req.block_hashes and routed.prefill is None:
@@ -319,6 +331,12 @@ class Router:
                     routed.decision, routed.request, ok=ok, cached_tokens=cached_tokens, latency_s=latency_s
                 )
             )
+
+    def first_token(self, routed: Routed) -> None:
+        """The worker sent ``routed``'s first token: its prefill is no longer ahead of other requests there
+        (the proxy calls this on a stream's first chunk; a whole answer ends in ``finished``)."""
+        if routed.ticket is not None:
+            self._watch.first_token(routed.ticket)
 
     @property
     def feedback(self) -> PrefixFeedback | None:

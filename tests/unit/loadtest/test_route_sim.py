@@ -89,3 +89,28 @@ def test_spread_ties_spaces_out_only_equal_arrivals_in_order() -> None:
         [0.0, 0.001, 0.002, 1.0, 2.0, 2.001]
     )
     assert spread_ties([], 0.001) == []
+
+
+def test_an_event_less_fleet_is_routed_on_placement_guessed_from_routing() -> None:
+    """Word-token workers, byte-block hashes: the approximate index learns placement and still follows
+    the sessions (hits counted in the workers' words)."""
+    fleet = SimFleet(workers=4, capacity_tokens=2048, foreign=True, gateway_block_size=64)
+    rr = replay(SESSIONS, ARRIVALS, {"type": "round_robin"}, fleet=fleet)
+    pca = replay(SESSIONS, ARRIVALS, {"type": "prefix_cache_aware"}, fleet=fleet)
+    assert pca.prompt_tokens == rr.prompt_tokens < sum(len(str(r.body)) for s in SESSIONS for r in s.requests)
+    assert pca.hit_rate > rr.hit_rate + 0.15
+    assert pca.hit_rate == pytest.approx(pca.ideal_hit_rate, abs=0.05)
+
+
+def test_first_tokens_tell_queued_prefill_from_decoding() -> None:
+    """A loaded fleet: with the first tokens seen, the policy waits less behind queued prefill."""
+    loaded = SimFleet(workers=4, capacity_tokens=8192, prefill_tps=2_000.0)
+    burst = multi_turn(WorkloadSpec(num_sessions=24, turns=2, system_words=120, question_words=20))
+    arrivals = poisson_arrivals(len(burst), rate=12.0)
+
+    def mean_ttft(first_token: bool) -> float:
+        r = replay(burst, arrivals, {"type": "prefix_cache_aware"}, fleet=loaded, first_token=first_token)
+        assert r.prefill_utilisation > 0.3
+        return sum(r.ttfts) / len(r.ttfts)
+
+    assert mean_ttft(True) <= mean_ttft(False)

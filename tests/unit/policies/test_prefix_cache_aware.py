@@ -339,3 +339,17 @@ def test_a_follow_up_ignores_stream_counts() -> None:
     assert ttft_costs(REQ, warm, CacheCostParams(), BS, Recent.of(warm, 0.25)) == ttft_costs(
         REQ, warm, CacheCostParams(stream_weight=0.0), BS, Recent.of(warm, 0.25)
     )
+
+
+def test_prompts_still_waiting_for_their_first_token_count_as_the_queue() -> None:
+    """Where the gateway sees first tokens, pending prefill is work ahead and decoding tokens are not."""
+    decoding = worker("decoding", gpu_hit_blocks=60, inflight_tokens=8_000, prefill_tokens=0)
+    queued = worker("queued", gpu_hit_blocks=60, inflight_tokens=8_000, prefill_tokens=8_000)
+    cold = worker("cold")
+    # unknown: 8,000 in-flight tokens at a quarter cost more than the 960 cached tokens save
+    assert _pick([dataclasses.replace(decoding, prefill_tokens=None), cold]) == "cold"
+    assert _pick([decoding, cold]) == "decoding"  # known to be decoding: its cache wins
+    assert _pick([queued, cold]) == "cold"  # known to be queued prefill
+    assert _pick([decoding, cold], decoding_weight=1.0) == "cold"
+    with pytest.raises(ValueError):
+        CacheCostParams(prefill_weight=1.5).validate()

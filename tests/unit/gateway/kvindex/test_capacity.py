@@ -10,9 +10,13 @@ from gateway.kvindex.approximate import ApproximateIndexConfig, ApproximateKVInd
 from gateway.kvindex.capacity import BYTES_PER_TOKEN, CapacityConfig, CapacityLearner
 
 
-def learner(initial_ratio: float = 1.0, **index: int) -> tuple[CapacityLearner, ApproximateKVIndex]:
+def learner(
+    initial_ratio: float = 1.0, headroom: float = 1.0, **index: int
+) -> tuple[CapacityLearner, ApproximateKVIndex]:
+    """A learner on an index; no headroom unless asked, so the index keeps exactly the assumed capacity."""
     approx = ApproximateKVIndex(ApproximateIndexConfig(**index), clock=lambda: 0.0)
-    return CapacityLearner(approx, block_size=16, config=CapacityConfig(initial_ratio=initial_ratio)), approx
+    config = CapacityConfig(initial_ratio=initial_ratio, headroom=headroom)
+    return CapacityLearner(approx, block_size=16, config=config), approx
 
 
 def finish(
@@ -111,10 +115,27 @@ def test_status_says_what_was_learned() -> None:
         "gateway_tokens_per_engine_token": 4.8,
         "capacity_scale": 0.97,
         "assumed_capacity_blocks": int(16_000 * 4.8 * 0.97 / 16),
+        "kept_capacity_blocks": int(16_000 * 4.8 * 0.97 / 16),
         "usage_samples": 1,
         "missed_predictions": 1,
         "short_predictions": 0,
     }
+
+
+def test_the_index_keeps_placement_for_headroom_over_the_assumed_capacity() -> None:
+    units, approx = learner(headroom=1.25)
+    units.set_engine_capacity("w", 16_000)  # 1,000 blocks assumed
+    status = units.units("w")
+    assert status is not None
+    assert status.pushed_blocks == 1_000 and status.kept_blocks == approx.capacity("w") == 1_250
+    approx.record_routed("w", range(1_100))  # more than assumed: all of it still kept
+    assert approx.held("w") == 1_100
+    for _ in range(5):
+        finish(units, predicted=0, reported=256)  # full by the assumed capacity, not by the kept one
+    assert status.shortfalls == 5 and status.pushed_blocks > 1_000
+    assert CapacityConfig().headroom > 1  # the default keeps more than it assumes
+    with pytest.raises(ValueError):
+        CapacityConfig(headroom=0.9)
 
 
 def test_memory_stays_within_the_budget_under_churn() -> None:

@@ -4,6 +4,7 @@ import httpx
 import pytest
 
 from gateway.kvindex.approximate import ApproximateIndexConfig, ApproximateKVIndex
+from gateway.kvindex.capacity import CapacityConfig
 from gateway.kvindex.hybrid import HybridKVIndex
 from gateway.kvindex.memory import MemoryKVIndex
 from gateway.kvindex.service import KVServiceConfig, open_kv_service
@@ -29,7 +30,7 @@ async def test_following_the_fleet_a_worker_is_approximate_until_a_feed_makes_it
         assert kv.worker_mode("w") == "approximate" and kv.quiet_mode == "approximate"
         kv.set_capacity("w", 64)  # its engine's tokens: 4 of the gateway's 16-token blocks
         kv.index.record_routed("w", list(range(10)))
-        assert kv.index.worker_blocks() == {"w": 4}
+        assert kv.index.worker_blocks() == {"w": int(4 * CapacityConfig().headroom)}  # kept with headroom
         assert kv.set_mode("w", "precise") and not kv.set_mode("w", "precise")
         assert kv.index.longest_prefix([0, 1], ["w"])["w"].gpu_blocks == 0
 

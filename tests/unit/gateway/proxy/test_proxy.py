@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import httpx
 import orjson
 import pytest
@@ -10,6 +12,7 @@ from gateway.deps import DepsOverrides
 from gateway.settings import Timeouts
 from gateway.state.memory import MemoryLoadBoard
 from gateway.state.protocols import State
+from policies.api import Decision, Need, RouteRequest, WorkerView
 from tests.unit.gateway.fake_worker import FakeWorker, running
 from tests.unit.gateway.gateway_harness import serving, settings_for, until
 
@@ -172,3 +175,38 @@ async def test_the_worker_is_released_before_the_client_gets_the_answers_end(str
                 resp = await client.post(f"{base}/v1/chat/completions", json=CHAT)
                 assert resp.status_code == 200
                 assert board.get(wid).inflight_requests == 0
+
+
+async def test_a_streams_first_chunk_tells_the_policy_its_prefill_is_done() -> None:
+    """``WorkerView.prefill_tokens``: unknown until a stream's first chunk is seen; then the streaming
+    request's tokens count as in flight but no longer as prefill ahead of a new request."""
+    seen: list[tuple[int, int | None]] = []
+
+    class Recording:
+        name = "recording"
+        needs: frozenset[Need] = frozenset()
+
+        def select(self, req: RouteRequest, workers: Sequence[WorkerView]) -> Decision:
+            seen.append((workers[0].inflight_tokens, workers[0].prefill_tokens))
+            return Decision(workers[0].id, reason="first")
+
+    worker = FakeWorker("a", mode="slow_stream", chunks=20)
+    overrides = DepsOverrides(policy=Recording())
+    async with (
+        running(worker),
+        serving(settings_for(worker.url), overrides) as base,
+        httpx.AsyncClient() as client,
+    ):
+        body = {**CHAT, "stream": True, "max_tokens": 100}
+        async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as resp:
+            lines = resp.aiter_lines()
+            while not (await anext(lines)).startswith("data: "):
+                pass
+            answer = await client.post(f"{base}/v1/chat/completions", json={**CHAT, "max_tokens": 7})
+            assert answer.status_code == 200
+            async for _ in lines:
+                pass
+    (_, unknown), (inflight, prefill) = seen
+    assert unknown is None  # no first token reported before the first request
+    assert inflight >= 100  # the stream is in flight ...
+    assert prefill == 0  # ... past its first token

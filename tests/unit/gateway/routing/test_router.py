@@ -381,3 +381,20 @@ def test_the_best_prediction_is_counted_in_the_same_tokens_as_the_prediction() -
     assert routed.record.id == "w1"
     # 2 blocks = 32 bytes = 8 engine tokens (of 10), in whole 4-token engine blocks: the same for both
     assert routed.prefix_hit_tokens == routed.best_hit_tokens == 8
+
+
+def test_the_policy_sees_which_in_flight_prompts_still_wait_for_their_first_token() -> None:
+    policy = FakePolicy(needs=frozenset({Need.BLOCK_HASHES}))
+    load = MemoryLoadBoard()
+    router = Router(fleet=_fleet("m"), load=load, policy=policy, analyzer=cast(PromptAnalyzer, FakeAnalyzer()),
+                    kv_index=FakeIndex(), block_size=16, metrics=Metrics())  # fmt: skip
+    first = router.route(router.prepare(_parsed(), {}))  # 40 prompt tokens, none cached, + max_tokens 7
+    load.acquire("w0", 47)  # what the proxy holds while it is in flight
+    assert router.explain(router.prepare(_parsed(), {})).views[0].prefill_tokens is None  # nothing reported
+    second = router.route(router.prepare(_parsed(), {}))
+    load.acquire("w0", 47)
+    router.first_token(first)
+    assert router.explain(router.prepare(_parsed(), {})).views[0].prefill_tokens == 40  # the second's prompt
+    load.release("w0", 47)
+    router.finished(second, ok=True, cached_tokens=0, latency_s=0.1)
+    assert router.explain(router.prepare(_parsed(), {})).views[0].prefill_tokens == 0
