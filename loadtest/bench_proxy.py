@@ -16,6 +16,9 @@ connections, streaming and not, added p50/p99 at 1 connection against calling a 
 - ``--kvgate-variant 'NAME=ARGS'``: kvgate again with extra flags (``'kvgate x2=--processes 2'``);
 - ``--router-cmd 'NAME=COMMAND'``: any router; COMMAND is split like a shell line and has ``{port}``,
   ``{workers}`` (the worker URLs, space-separated), optionally ``{metrics_port}`` (loadtest.router_cmd);
+- ``--paced-tokens N`` (mock workers): a third mode, ``paced``: a stream of N token chunks, each written
+  ``--token-gap-ms`` apart as an engine decodes, so every token is a read and a write of its own through the
+  router (the ``stream`` mode's canned answer arrives in one or two reads);
 - ``--peer vllm-router[:cache_aware]`` / ``--peer sglang-router[:cache_aware]`` with ``--peer-venv PATH``
   (default ``/tmp/peer-routers``, made by ``python3 -m venv /tmp/peer-routers && /tmp/peer-routers/bin/pip
   install vllm-router==0.1.17 sglang-router==0.3.2``).
@@ -66,6 +69,31 @@ _MODELS = b'{"object":"list","data":[{"id":"mock","object":"model","owned_by":"b
 _LOAD = b'{"running":0,"waiting":0,"kv_usage":0.0}'
 _BODY = b'{"model":"mock","messages":[{"role":"user","content":"Say hello, please."}],"max_tokens":8}'
 _STREAM_BODY = _BODY[:-1] + b',"stream":true}'
+_DONE_FRAME = b"data: [DONE]\n\n"
+MODES = ("non-stream", "stream", "paced")
+
+
+def _paced_body(tokens: int, gap_ms: float) -> bytes:
+    """A streamed request that asks the mock for ``tokens`` chunks ``gap_ms`` apart (in ``user``, a field
+    every router passes on)."""
+    return b'{"model":"mock","messages":[{"role":"user","content":"Say hello, please."}],"max_tokens":%d,' \
+        b'"stream":true,"user":"paced-%s"}' % (tokens, str(gap_ms).encode())  # fmt: skip
+
+
+def _paced_params(body: bytes) -> tuple[int, float] | None:
+    """``(tokens, gap_ms)`` of a paced request, None for any other."""
+    at = body.find(b'"user":"paced-')
+    if at < 0:
+        return None
+    gap = body[at + 14 : body.index(b'"', at + 14)]
+    mt = body.find(b'"max_tokens":')
+    tokens = int(body[mt + 13 :].split(b",", 1)[0]) if mt >= 0 else 16
+    return tokens, float(gap)
+
+
+def _chunk_frame(frame: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(frame), frame)
+
 
 _Cell = dict[str, float]  # one measurement: requests, rps, p50_ms, p99_ms, errors (+ cpu_us)
 
@@ -101,7 +129,24 @@ class _MockWorker(asyncio.Protocol):
             body = self._buf[end + 4 : end + 4 + length]
             self._buf = self._buf[end + 4 + length :]
             assert self._transport is not None
+            if (paced := _paced_params(body)) is not None:
+                self._pace(*paced)
+                continue
             self._transport.write(self._answer(head.split(b" ", 2)[1], body))
+
+    def _pace(self, tokens: int, gap_ms: float) -> None:
+        """Head now, then a token chunk every ``gap_ms``, then ``[DONE]`` and the body's end."""
+        transport = self._transport
+        assert transport is not None
+        loop = asyncio.get_running_loop()
+        transport.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
+        token = _chunk_frame(_CHUNK)
+        end = _chunk_frame(_DONE_FRAME) + b"0\r\n\r\n"
+        for i in range(1, tokens + 1):
+            loop.call_later(i * gap_ms / 1e3, transport.write, token)
+        loop.call_later((tokens + 1) * gap_ms / 1e3, transport.write, end)
 
     @staticmethod
     def _answer(path: bytes, body: bytes) -> bytes:
@@ -158,9 +203,9 @@ async def _client_conn(
 
 
 async def _run_client(
-    port: int, connections: int, duration_s: float, stream: bool, max_requests: int
+    port: int, connections: int, duration_s: float, mode: str, max_requests: int, paced: tuple[int, float]
 ) -> _Cell:
-    body = _STREAM_BODY if stream else _BODY
+    body = {"non-stream": _BODY, "stream": _STREAM_BODY}.get(mode) or _paced_body(*paced)
     request = (
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
         b"content-length: %d\r\n\r\n%s" % (len(body), body)
@@ -262,10 +307,12 @@ def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
             proc.wait(5)
 
 
-def _client(port: int, connections: int, duration_s: float, stream: bool, max_requests: int) -> _Cell:
+def _client(
+    port: int, connections: int, duration_s: float, mode: str, max_requests: int, paced: tuple[int, float]
+) -> _Cell:
     cmd = [sys.executable, "-m", "loadtest.bench_proxy", "--client",
-           json.dumps([port, connections, duration_s, stream, max_requests])]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, check=True, timeout=duration_s + 60)
+           json.dumps([port, connections, duration_s, mode, max_requests, paced])]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, check=True, timeout=duration_s + 120)
     result: _Cell = json.loads(out.stdout)
     return result
 
@@ -275,40 +322,38 @@ class _Load:
     duration_s: float
     connections: int
     max_requests: int
+    modes: tuple[str, ...] = MODES[:2]
+    paced: tuple[int, float] = (64, 1.0)  # tokens, ms between them
 
 
-def _measure(router: _Router, pid: int, load: _Load, stream: bool) -> tuple[_Cell, _Cell]:
+def _measure(router: _Router, pid: int, load: _Load, mode: str) -> tuple[_Cell, _Cell]:
     """The router at 1 connection and at ``load.connections``, each with its CPU µs per request."""
     cells = []
     for conns in (1, load.connections):
         cpu0 = tree_cpu_s(pid)
-        cell = _client(router.port, conns, load.duration_s, stream, load.max_requests)
+        cell = _client(router.port, conns, load.duration_s, mode, load.max_requests, load.paced)
         cell["cpu_us"] = (tree_cpu_s(pid) - cpu0) * 1e6 / max(1.0, cell["requests"])
         cells.append(cell)
     return cells[0], cells[1]
 
 
-def _bench_router(router: _Router, logs: Path, load: _Load) -> dict[bool, tuple[_Cell, _Cell]]:
+def _bench_router(router: _Router, logs: Path, load: _Load) -> dict[str, tuple[_Cell, _Cell]]:
     proc = _spawn(router.argv, logs / f"router-{router.port}.log")
     try:
         wait_http(f"http://127.0.0.1:{router.port}{router.ready_path}", timeout_s=90)
         time.sleep(1.0)  # let a multi-process router's last process join before measuring
-        return {stream: _measure(router, proc.pid, load, stream) for stream in (False, True)}
+        return {mode: _measure(router, proc.pid, load, mode) for mode in load.modes}
     finally:
         _stop([proc])
 
 
-def _mode(stream: bool) -> str:
-    return "stream" if stream else "non-stream"
-
-
-def _overhead_rows(direct: Mapping[bool, _Cell], cells: Mapping[bool, tuple[_Cell, _Cell]]) -> list[str]:
+def _overhead_rows(direct: Mapping[str, _Cell], cells: Mapping[str, tuple[_Cell, _Cell]]) -> list[str]:
     """The original table's rows (one router)."""
     rows = []
-    for stream, (via, many) in cells.items():
-        d = direct[stream]
+    for mode, (via, many) in cells.items():
+        d = direct[mode]
         rows.append(
-            f"| {_mode(stream):10} | {d['p50_ms']:6.3f} | {via['p50_ms']:6.3f} | "
+            f"| {mode:10} | {d['p50_ms']:6.3f} | {via['p50_ms']:6.3f} | "
             f"{via['p50_ms'] - d['p50_ms']:+6.3f} | {d['p99_ms']:6.3f} | {via['p99_ms']:6.3f} | "
             f"{many['rps']:8.0f} | {many['p50_ms']:6.2f} | {many['cpu_us']:6.0f} | "
             f"{many['errors'] + via['errors']:.0f} |"
@@ -317,7 +362,7 @@ def _overhead_rows(direct: Mapping[bool, _Cell], cells: Mapping[bool, tuple[_Cel
 
 
 def side_by_side(
-    direct: Mapping[bool, _Cell], results: Mapping[str, Mapping[bool, tuple[_Cell, _Cell]]], connections: int
+    direct: Mapping[str, _Cell], results: Mapping[str, Mapping[str, tuple[_Cell, _Cell]]], connections: int
 ) -> str:
     """Every router's figures in one table, a row per router and mode."""
     lines = [
@@ -325,12 +370,12 @@ def side_by_side(
         "added p50 @1 ms | added p99 @1 ms | errors |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for stream in (False, True):
-        d = direct[stream]
+    for mode in direct:
+        d = direct[mode]
         for name, cells in results.items():
-            one, many = cells[stream]
+            one, many = cells[mode]
             lines.append(
-                f"| {name} | {_mode(stream)} | {one['rps']:.0f} | {one['cpu_us']:.0f} | {many['rps']:.0f} | "
+                f"| {name} | {mode} | {one['rps']:.0f} | {one['cpu_us']:.0f} | {many['rps']:.0f} | "
                 f"{many['cpu_us']:.0f} | {one['p50_ms'] - d['p50_ms']:+.3f} | "
                 f"{one['p99_ms'] - d['p99_ms']:+.3f} | {one['errors'] + many['errors']:.0f} |"
             )
@@ -369,6 +414,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--peer-venv", type=Path, default=Path("/tmp/peer-routers"), help="venv holding the peers"
     )
+    parser.add_argument(
+        "--paced-tokens", type=int, default=0,
+        help="add the paced mode: streams of N token chunks, written --token-gap-ms apart (mock workers)",
+    )  # fmt: skip
+    parser.add_argument("--token-gap-ms", type=float, default=1.0, help="paced mode: ms between token chunks")
     parser.add_argument("--serve-mock", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--client", default=None, help=argparse.SUPPRESS)
     return parser
@@ -393,16 +443,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         uvloop.run(_serve_mock(args.serve_mock))
         return 0
     if args.client is not None:
-        port, conns, duration_s, stream, max_requests = json.loads(args.client)
-        sys.stdout.write(json.dumps(uvloop.run(_run_client(port, conns, duration_s, stream, max_requests))))
+        port, conns, duration_s, mode, max_requests, paced = json.loads(args.client)
+        cell = uvloop.run(_run_client(port, conns, duration_s, mode, max_requests, tuple(paced)))
+        sys.stdout.write(json.dumps(cell))
         return 0
-    load = _Load(args.duration_s, args.connections, args.max_requests)
-    results: dict[str, dict[bool, tuple[_Cell, _Cell]]] = {}
+    if args.paced_tokens and args.workers != "mock":
+        raise SystemExit("--paced-tokens needs the mock workers")
+    modes = MODES if args.paced_tokens > 0 else MODES[:2]
+    load = _Load(
+        args.duration_s, args.connections, args.max_requests, modes, (args.paced_tokens, args.token_gap_ms)
+    )
+    results: dict[str, dict[str, tuple[_Cell, _Cell]]] = {}
     with tempfile.TemporaryDirectory(prefix="kvgate-bench-") as tmp:
         procs, ports = _start_workers(args.workers, args.num_workers, Path(tmp))
         try:
             routers = _routers(args, ports)
-            direct = {s: _client(ports[0], 1, args.duration_s, s, args.max_requests) for s in (False, True)}
+            direct = {
+                m: _client(ports[0], 1, args.duration_s, m, args.max_requests, load.paced) for m in modes
+            }
             for router in routers:
                 results[router.name] = _bench_router(router, Path(tmp), load)
         finally:

@@ -19,13 +19,17 @@ from gateway.proxy.failover import shed_from
 from gateway.proxy.stream import CLIENT_GONE, StreamCut
 from gateway.settings import Timeouts
 from kvgate_core.asgi import Receive, Send
+from kvgate_core.deadline import Deadline, DeadlineWheel
 from kvgate_core.h1 import H1Pool, PoolSaturatedError, Target
 
 
 class DirectForwarder:
     """Relays requests to a given worker (see the module docstring)."""
 
-    def __init__(self, pool: H1Pool, timeouts: Timeouts, metrics: Metrics) -> None:
+    def __init__(
+        self, pool: H1Pool, timeouts: Timeouts, metrics: Metrics, wheel: DeadlineWheel | None = None
+    ) -> None:
+        self._wheel = wheel
         self._pool = pool
         self._timeouts = timeouts
         self._metrics = metrics
@@ -57,7 +61,7 @@ class DirectForwarder:
         conn = None
         started = False
         try:
-            async with asyncio.timeout(self._timeouts.ttfb_s) as deadline:
+            async with Deadline(self._timeouts.ttfb_s, self._wheel) as deadline:
                 conn = await self._pool.post(target, target.request(method, path, body))
                 record.breaker.record_success()
                 headers = [(b"content-type", conn.content_type), (b"x-kvgate-worker", record.id.encode())]

@@ -52,6 +52,7 @@ from gateway.routing.router import Routed, Router
 from gateway.settings import RetrySettings, Timeouts, UpstreamLimits
 from gateway.state.protocols import LoadBoard
 from kvgate_core.asgi import Receive, Send
+from kvgate_core.deadline import Deadline, DeadlineWheel
 from kvgate_core.h1 import H1Pool, PoolSaturatedError, Target
 from kvgate_core.tokenize.request_prompt import Endpoint
 from kvgate_core.tracing import upstream_span
@@ -97,7 +98,9 @@ class Proxy:
         affinity: ResponseAffinity | None = None,
     ) -> None:
         self.affinity = affinity
-        self.direct = DirectForwarder(pool, timeouts, metrics)
+        wheel = DeadlineWheel()  # one timer for every request's deadlines (``kvgate_core.deadline``)
+        self._wheel = wheel
+        self.direct = DirectForwarder(pool, timeouts, metrics, wheel)
         self.stats = stats if stats is not None else WorkerStats()
         self._pool = pool
         self._targets: dict[str, Target] = {}
@@ -109,7 +112,7 @@ class Proxy:
         self._retry = retry
         self._rng = rng
         self._sleep = sleep
-        self._relay = StreamRelay(pool, timeouts, on_first_token=router.first_token)
+        self._relay = StreamRelay(pool, timeouts, on_first_token=router.first_token, wheel=wheel)
         self._limits = limits or UpstreamLimits()
         self._shed = ShedLog(metrics)
 
@@ -280,7 +283,7 @@ class Proxy:
         worker = routed.record.id
         conn = None
         try:
-            async with asyncio.timeout(self._timeouts.ttfb_s):
+            async with Deadline(self._timeouts.ttfb_s, self._wheel):
                 conn = await self._pool.post(target, request, cap)
                 body = await conn.read_all()
         except PoolSaturatedError as exc:

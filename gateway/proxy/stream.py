@@ -38,6 +38,7 @@ from gateway.proxy.shaping import Shaped
 from gateway.routing.router import Routed
 from gateway.settings import Timeouts
 from kvgate_core.asgi import Receive, Send
+from kvgate_core.deadline import Deadline, DeadlineWheel
 from kvgate_core.h1 import H1Connection, H1Pool, PoolSaturatedError, Target
 
 logger = logging.getLogger(__name__)
@@ -85,11 +86,17 @@ class StreamRelay:
         timeouts: the first-byte and idle deadlines.
         on_first_token: called with the request once its stream's first chunk arrived (its prefill is done
             on the worker: ``Router.first_token``).
+        wheel: the shared timer the streams' deadlines sit on (None: a timer each).
     """
 
     def __init__(
-        self, pool: H1Pool, timeouts: Timeouts, on_first_token: Callable[[Routed], None] | None = None
+        self,
+        pool: H1Pool,
+        timeouts: Timeouts,
+        on_first_token: Callable[[Routed], None] | None = None,
+        wheel: DeadlineWheel | None = None,
     ) -> None:
+        self._wheel = wheel
         self._pool = pool
         self._timeouts = timeouts
         self._on_first_token = on_first_token
@@ -159,7 +166,7 @@ class StreamRelay:
         conn: H1Connection | None = None
         started = False
         try:
-            async with asyncio.timeout(self._timeouts.ttfb_s) as deadline:
+            async with Deadline(self._timeouts.ttfb_s, self._wheel) as deadline:
                 conn = await self._pool.post(target, request, cap)
                 if conn.status != 200:
                     return await self._error_answer(routed, conn, send)
@@ -207,7 +214,7 @@ class StreamRelay:
         conn: H1Connection,
         chunk: bytes,
         send: Send,
-        deadline: asyncio.Timeout,
+        deadline: Deadline,
         on_answered: OnAnswered,
         want_usage: bool,
     ) -> tuple[bool, TokenUsage | None, bool]:
@@ -238,7 +245,7 @@ class StreamRelay:
         return ended, usage, False
 
     async def _copy_without_usage(
-        self, conn: H1Connection, chunk: bytes, send: Send, deadline: asyncio.Timeout, on_answered: OnAnswered
+        self, conn: H1Connection, chunk: bytes, send: Send, deadline: Deadline, on_answered: OnAnswered
     ) -> tuple[bool, TokenUsage | None]:
         """Like ``_copy``, less the usage chunk the gateway asked for on its own behalf."""
         loop = asyncio.get_running_loop()
@@ -269,7 +276,7 @@ class StreamRelay:
         conn: H1Connection,
         chunk: bytes,
         send: Send,
-        deadline: asyncio.Timeout,
+        deadline: Deadline,
         on_answered: OnAnswered,
         watch: StreamWatch,
         on_response_id: OnResponseId | None,

@@ -45,6 +45,7 @@ class HttpProtocol(asyncio.Protocol):
         self._queue: collections.deque[RequestCycle] = collections.deque()
         self._drain: asyncio.Future[None] | None = None
         self._idle: asyncio.TimerHandle | None = None
+        self._idle_since: float | None = None  # loop time the connection went idle; None: a request runs
         self._closing = False
 
     # asyncio.Protocol
@@ -58,7 +59,10 @@ class HttpProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self._ctx.connections.discard(self)
-        self._cancel_idle_timer()
+        self._idle_since = None
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
         for cycle in (self._current, self._parsing, *self._queue):
             if cycle is not None:
                 cycle.disconnect()
@@ -227,10 +231,26 @@ class HttpProtocol(asyncio.Protocol):
             self.read_paused = True
             self.transport.pause_reading()
 
+    # The keep-alive timer is armed once and checked when it fires, not cancelled and armed again around
+    # every request (a TimerHandle pushed on the loop's heap each time): a busy connection's timer wakes
+    # once per keep-alive interval and re-arms.
     def _set_idle_timer(self) -> None:
-        self._idle = self._loop.call_later(self._ctx.limits.keep_alive_s, self.close)
+        self._idle_since = now = self._loop.time()
+        if self._idle is None:
+            self._idle = self._loop.call_at(now + self._ctx.limits.keep_alive_s, self._idle_check)
 
     def _cancel_idle_timer(self) -> None:
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None
+        self._idle_since = None
+
+    def _idle_check(self) -> None:
+        self._idle = None
+        if self._closing:
+            return
+        keep_alive_s = self._ctx.limits.keep_alive_s
+        since = self._idle_since
+        if since is None:  # a request runs: look again one interval on
+            self._idle = self._loop.call_later(keep_alive_s, self._idle_check)
+        elif self._loop.time() >= since + keep_alive_s:
+            self.close()
+        else:
+            self._idle = self._loop.call_at(since + keep_alive_s, self._idle_check)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import orjson
 import pytest
 
-from loadtest.bench_proxy import _parser, _routers, side_by_side
+from loadtest.bench_proxy import _paced_body, _paced_params, _parser, _routers, side_by_side
 from loadtest.router_cmd import RouterCommand, parse_router_cmd, peer_command, tree_cpu_s
 
 WORKERS = ["http://127.0.0.1:9001", "http://127.0.0.1:9002"]
@@ -105,9 +106,9 @@ def cell(rps: float, p50_ms: float, cpu_us: float) -> dict[str, float]:
 
 
 def test_side_by_side_has_a_row_per_router_and_mode() -> None:
-    direct = {False: cell(5000, 0.1, 0), True: cell(4000, 0.2, 0)}
+    direct = {"non-stream": cell(5000, 0.1, 0), "stream": cell(4000, 0.2, 0)}
     results = {
-        name: {s: (cell(1000, 0.5, 300), cell(3000, 5.0, 250)) for s in (False, True)}
+        name: {m: (cell(1000, 0.5, 300), cell(3000, 5.0, 250)) for m in ("non-stream", "stream")}
         for name in ("kvgate", "vllm-router")
     }
     table = side_by_side(direct, results, 64).splitlines()
@@ -115,3 +116,10 @@ def test_side_by_side_has_a_row_per_router_and_mode() -> None:
     assert len(table) == 2 + 4
     assert table[2] == "| kvgate | non-stream | 1000 | 300 | 3000 | 250 | +0.400 | +0.800 | 0 |"
     assert table[5].startswith("| vllm-router | stream |")
+
+
+def test_a_paced_request_carries_its_token_count_and_gap_to_the_mock() -> None:
+    body = _paced_body(64, 1.5)
+    assert orjson.loads(body)["stream"] is True
+    assert _paced_params(body) == (64, 1.5)
+    assert _paced_params(b'{"model":"mock","stream":true}') is None

@@ -199,6 +199,20 @@ async def test_idle_keep_alive_connections_are_closed() -> None:
         assert await client.closed_by_server()
 
 
+async def test_keep_alive_counts_from_the_last_answer_not_from_the_connections_start() -> None:
+    loop = asyncio.get_running_loop()
+    async with running(echo, limits=ServerLimits(keep_alive_s=0.15)) as (_, port):
+        client = await Client.connect(port)
+        for path in ("/?delay", "/", "/?delay"):  # a request that outlasts the keep-alive does not end it
+            await asyncio.sleep(0.1)  # idle, but less than the keep-alive
+            await client.send(request("GET", path))
+            (resp,) = await client.responses()
+            assert resp.status == 200
+        answered = loop.time()
+        assert await client.closed_by_server()
+        assert 0.1 <= loop.time() - answered < 1.0  # closed one keep-alive after the last answer
+
+
 async def test_connection_close_from_the_client_is_honoured() -> None:
     async with running(echo) as (_, port):
         client = await Client.connect(port)
