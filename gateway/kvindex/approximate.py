@@ -1,7 +1,8 @@
 """Approximate KV index for backends that publish no events (SGLang's router works this way).
 
 It records what the gateway routed to each worker and assumes the worker cached it: per worker at most
-``capacity_blocks`` blocks (least recently routed go first) for at most ``ttl_s`` seconds. Events, if any
+``capacity_blocks`` blocks (least recently routed go first, and of one prompt its deepest blocks first, as
+an engine frees a request's tail before its prefix) for at most ``ttl_s`` seconds. Events, if any
 arrive anyway, are applied too (``removed``/``cleared`` make the guess more accurate). Shared tiers are not
 modelled here: approximate mode never claims a ``dram``/``ssd`` hit.
 """
@@ -9,9 +10,10 @@ modelled here: approximate mode never claims a ``dram``/``ssd`` hit.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice, repeat
 
 from gateway.kvindex.index import PrefixHit
 from gateway.kvindex.prefix_scan import prefix_hits
@@ -96,9 +98,14 @@ class ApproximateKVIndex:
             self._reshare()
         now = self._clock()
         mask = self._mask
-        for h in hashes:
-            recent.pop(h, None)
-            recent[h] = now
+        # a prompt's blocks are mostly routed there before (a conversation's history): only the new ones
+        # change the mask. Every one is stamped now and moved to the recent end in C-level loops (~500
+        # blocks a prompt), the prompt's first block last: as an engine frees a request's blocks (vLLM
+        # queues them tail first), the deepest go first and the prefix that later requests match stays.
+        new = [h for h in hashes if h not in recent]
+        recent.update(zip(hashes, repeat(now)))
+        _drain(map(recent.move_to_end, reversed(hashes)))
+        for h in new:
             mask[h] = mask.get(h, 0) | bit
         self._trim(bit, recent, now, self.capacity(worker))
 
@@ -150,10 +157,22 @@ class ApproximateKVIndex:
         self._share = share
 
     def _trim(self, bit: int, recent: OrderedDict[int, float], now: float, capacity: int) -> None:
+        """Drop the least recently routed blocks past ``capacity``, then those older than the TTL."""
+        excess = len(recent) - capacity
+        if excess > 0:
+            victims = list(islice(recent, excess))
+            _drain(map(recent.__delitem__, victims))
+            mask, others = self._mask, ~bit
+            for h in victims:
+                rest = mask.get(h, 0) & others
+                if rest:
+                    mask[h] = rest
+                else:
+                    mask.pop(h, None)
         cutoff = now - self.config.ttl_s
         while recent:
             h, seen = next(iter(recent.items()))
-            if seen > cutoff and len(recent) <= capacity:
+            if seen > cutoff:
                 break
             del recent[h]
             self._clear(h, bit)
@@ -164,3 +183,8 @@ class ApproximateKVIndex:
             self._mask[h] = rest
         else:
             self._mask.pop(h, None)
+
+
+def _drain(calls: Iterable[object]) -> None:
+    """Run a lazy ``map`` of calls to the end, in C."""
+    deque(calls, maxlen=0)

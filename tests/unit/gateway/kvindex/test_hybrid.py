@@ -94,7 +94,8 @@ def test_an_engines_capacity_bounds_what_is_assumed_of_it() -> None:
     assert approx.worker_blocks() == {"small": 4}
     approx.record_routed("small", tuple(range(20, 30)))
     assert approx.worker_blocks() == {"small": 4}
-    assert approx.longest_prefix((26, 27, 28, 29), ["small"])["small"] == PrefixHit(gpu_blocks=4)
+    # the prompt's leading blocks stay, as an engine keeps a prefix and frees its tail first
+    assert approx.longest_prefix((20, 21, 22, 23, 24), ["small"])["small"] == PrefixHit(gpu_blocks=4)
     approx.forget("small")  # placement forgotten, capacity kept
     approx.record_routed("small", tuple(range(10)))
     assert approx.worker_blocks() == {"small": 4} and approx.capacity("small") == 4
