@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from gateway.engines.block_probe import probe_prompts
+from tests.support.foreign import foreign_workers
 from tests.support.procs import free_port, kvgate_cmd, start_process, stop_process
 from tests.support.waiting import wait_ready, wait_until
 
@@ -28,20 +29,8 @@ def _chat(text: str) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    logs = tmp_path_factory.mktemp("foreign")
-    procs, urls = [], []
-    try:
-        for i in range(2):
-            port = free_port()
-            args = ["--sim", "--foreign", "--port", str(port), "--kv-tokens", "4096", "--decode-tps", "2000"]
-            procs.append(start_process(kvgate_cmd("worker", *args), log=logs / f"worker-{i}.log"))
-            urls.append(f"http://127.0.0.1:{port}")
-        for proc, url in zip(procs, urls, strict=True):
-            wait_ready(proc, f"{url}/health", logs=logs, timeout_s=30)
+    with foreign_workers(tmp_path_factory.mktemp("foreign")) as urls:
         yield urls
-    finally:
-        for proc in procs:
-            stop_process(proc)
 
 
 def _sixteen_words_in_bytes() -> int:
