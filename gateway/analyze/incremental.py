@@ -8,11 +8,10 @@ continues the chain from the cached block hashes (``chain_hashes(start=, parent=
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import pairwise
 
 import numpy as np
 
-from gateway.analyze.prefix_cache import BoundaryFinder, CachedPrefix, PrefixTokenCache, prefix_keys
+from gateway.analyze.prefix_cache import BoundaryFinder, CachedPrefix, PrefixTokenCache
 from kvgate_core.kvcontract.hashing import chain_hashes
 from kvgate_core.tokenize.pieces import DEFAULT_MAX_PIECES, PieceEncoder
 from kvgate_core.tokenize.tokenizer import Tokenizer
@@ -70,25 +69,25 @@ class IncrementalEncoder:
 
     def encode(self, text: str, root: int) -> tuple[np.ndarray, tuple[int, ...]]:
         """Ids and full-block hashes of ``text`` (equal to ``full``), reusing and refreshing the cache."""
-        bounds = self._finder.boundaries(text) if self._cache.enabled else []
+        bounds = self._finder.find(text, root, self._block_size) if self._cache.enabled else None
         if not bounds:
             return self.full(text, root)
-        keys = prefix_keys(text, bounds, root, self._block_size)
-        found = self._cache.lookup(keys)
-        last = bounds[-1]
+        ends, tokens = bounds.ends, bounds.tokens
+        found = self._cache.lookup(bounds.keys)
+        last = len(ends) - 1
         try:
             if found is None:
-                head = self._encode_text(text[: last.end])
+                head = self._encode_text(text[: ends[last]])
                 cached: tuple[int, ...] = ()
             else:
                 i, entry = found
                 head, cached = entry.ids, entry.hashes
-                if i < len(bounds) - 1:
+                if i < last:
                     # boundary by boundary: each message's opening and end are then pieces seen before
                     # (``PieceEncoder``), where the text across a message end is not
-                    mid = [self._after(b.token, text[b.end : n.end]) for b, n in pairwise(bounds[i:])]
+                    mid = [self._after(tokens[j], text[ends[j] : ends[j + 1]]) for j in range(i, last)]
                     head = np.concatenate((head, *mid))
-            tail = self._after(last.token, text[last.end :])
+            tail = self._after(tokens[last], text[ends[last] :])
         except _UnsafeSplitError:
             return self.full(text, root)
         ids = np.concatenate((head, tail)) if len(tail) else head
@@ -97,7 +96,7 @@ class IncrementalEncoder:
         new = chain_hashes(ids[start * self._block_size :], cached[-1], self._block_size) if start else None
         hashes = (*cached, *new) if new is not None else tuple(chain_hashes(ids, root, self._block_size))
         head.flags.writeable = False  # shared by later requests through the cache (and maybe returned as ids)
-        self._cache.store(keys[-1], CachedPrefix(head, hashes[: len(head) // self._block_size]))
+        self._cache.store(bounds.keys[last], CachedPrefix(head, hashes[: len(head) // self._block_size]))
         return ids, hashes
 
     def _after(self, token: str, text: str) -> np.ndarray:

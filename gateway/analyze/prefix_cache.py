@@ -8,23 +8,25 @@ position identical (``lstrip``/``rstrip`` of ``S``, a Metaspace ``prepend_scheme
 matches *all* added tokens leftmost-longest, as the library does, and uses only special, non-normalised,
 non-single-word ones as boundaries. Tests compare the cached path with full tokenization.
 
-The cache maps (hash root, block size, prefix length, xxh3 of the rendered text up to a boundary) to that
-prefix's ids and block hashes. Each request stores one entry, at its last boundary; the next turn of the
-conversation renders the same text up to there. It is bounded by total cached tokens (LRU), thread safe,
-and serves one tokenizer (share it only between analyzers of the same tokenizer).
+The cache maps (hash root, block size, prefix length, a fingerprint of the rendered text up to a boundary:
+``BoundaryFinder.find``) to that prefix's ids and block hashes. Each request stores one entry, at its last
+boundary; the next turn of the conversation renders the same text up to there. It is bounded by total
+cached tokens (LRU), thread safe, and serves one tokenizer (share it only between analyzers of the same
+tokenizer) in one process (the fingerprint uses Python's per-process string hash).
 """
 
 from __future__ import annotations
 
+import operator
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate, compress, repeat
 from typing import Final
 
 import numpy as np
-import xxhash
 
 from kvgate_core.tokenize.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
@@ -32,11 +34,27 @@ DEFAULT_MAX_CACHED_TOKENS: Final = 4_000_000
 
 
 @dataclass(frozen=True, slots=True)
-class Boundary:
-    """A position right after a boundary token ``token`` in a rendered prompt."""
+class Boundaries:
+    """The positions right after the boundary tokens of a rendered prompt, in order, with their cache keys.
 
-    end: int
-    token: str
+    Attributes:
+        ends: each boundary's position (the end of its token) in the text.
+        tokens: each boundary's token.
+        keys: each boundary's ``CacheKey`` (the text up to it).
+    """
+
+    ends: list[int]
+    tokens: list[str]
+    keys: list[CacheKey]
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+
+_NO_BOUNDARIES = Boundaries([], [], [])
+#: odd 64-bit multiplier of the prefix fingerprint (``BoundaryFinder.find``)
+_PRIME: Final = 0x9E3779B97F4A7C15
+_PRIME_POWERS_STEP: Final = 256
 
 
 class BoundaryFinder:
@@ -47,12 +65,18 @@ class BoundaryFinder:
         boundary_tokens: the subset that are safe split points.
     """
 
-    __slots__ = ("_boundary", "_pattern")
+    __slots__ = ("_boundary", "_powers", "_splitter", "_unfiltered")
 
     def __init__(self, added_tokens: Sequence[str], boundary_tokens: Sequence[str]) -> None:
         self._boundary = frozenset(boundary_tokens)
         alternatives = sorted({t for t in added_tokens if t}, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(re.escape, alternatives))) if self._boundary else None
+        # one capturing group: ``split`` returns text, token, text, token, …, text, matched leftmost-longest
+        # as the library matches added tokens (the longest alternative first)
+        self._splitter = (
+            re.compile("(" + "|".join(map(re.escape, alternatives)) + ")") if self._boundary else None
+        )
+        self._unfiltered = self._boundary >= set(alternatives)
+        self._powers = np.empty(0, np.uint64)
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Tokenizer) -> BoundaryFinder:
@@ -69,12 +93,45 @@ class BoundaryFinder:
     def boundary_tokens(self) -> frozenset[str]:
         return self._boundary
 
-    def boundaries(self, text: str) -> list[Boundary]:
-        """Boundaries of ``text`` in order; a boundary at the very end of the text is included."""
-        if self._pattern is None:
-            return []
-        boundary = self._boundary
-        return [Boundary(m.end(), m.group()) for m in self._pattern.finditer(text) if m.group() in boundary]
+    def find(self, text: str, root: int, block_size: int) -> Boundaries:
+        """The boundaries of ``text`` (one at its very end included) and their cache keys.
+
+        Every step is a C-level pass over the text or the matches (no Python per boundary): one regex
+        ``split``, the texts between boundaries hashed (``hash``), and each prefix's key a fingerprint of the
+        hashes up to it (``sum(h_i * P**i) mod 2**64``: position-sensitive, so reordered segments differ),
+        beside the prefix's length. ``root`` and ``block_size`` are part of every key because the cached
+        block hashes depend on them.
+        """
+        if self._splitter is None:
+            return _NO_BOUNDARIES
+        parts = self._splitter.split(text)
+        if len(parts) == 1:
+            return _NO_BOUNDARIES
+        segments, tokens = parts[0::2], parts[1::2]  # one more segment than tokens: the text after the last
+        ends = list(accumulate(map(operator.add, map(len, segments), map(len, tokens))))
+        # Python's own str hash (SipHash, keyed per process; the cache lives in this process): no UTF-8
+        # encoding of the text first, which costs more than hashing it
+        digests = np.fromiter(
+            map(hash, map(operator.add, segments, tokens)), dtype=np.int64, count=len(tokens)
+        ).view(np.uint64)
+        prints = np.cumsum(digests * self._prime_powers(len(tokens)), dtype=np.uint64).tolist()
+        keys = list(zip(repeat(root), repeat(block_size), ends, prints, strict=False))
+        if not self._unfiltered:  # an added token that is no safe split point ends no boundary
+            keep = list(map(self._boundary.__contains__, tokens))
+            ends, tokens, keys = (list(compress(v, keep)) for v in (ends, tokens, keys))
+        return Boundaries(ends, tokens, keys)
+
+    def _prime_powers(self, n: int) -> np.ndarray:
+        powers = self._powers
+        if len(powers) < n:  # grown in steps, replaced whole (another thread may read the old one)
+            size = -(-n // _PRIME_POWERS_STEP) * _PRIME_POWERS_STEP
+            powers = np.empty(size, np.uint64)
+            powers[0] = 1
+            with np.errstate(over="ignore"):
+                for i in range(1, size):
+                    powers[i] = powers[i - 1] * np.uint64(_PRIME)
+            self._powers = powers
+        return powers[:n]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +142,7 @@ class CachedPrefix:
     hashes: tuple[int, ...]
 
 
-# (hash root, block size, prefix length in characters, xxh3 of the prefix text)
+# (hash root, block size, prefix length in characters, fingerprint of the prefix text)
 CacheKey = tuple[int, int, int, int]
 
 
@@ -146,19 +203,3 @@ class PrefixTokenCache:
             while self._tokens > self._max_tokens:
                 _, evicted = self._entries.popitem(last=False)
                 self._tokens -= len(evicted.ids)
-
-
-def prefix_keys(text: str, boundaries: Sequence[Boundary], root: int, block_size: int) -> list[CacheKey]:
-    """One cache key per boundary: the text prefix up to it, hashed incrementally (one pass over the text).
-
-    A cache must serve one tokenizer only; the root and block size are part of the key because the cached
-    block hashes depend on them.
-    """
-    digest = xxhash.xxh3_64()
-    keys: list[CacheKey] = []
-    start = 0
-    for b in boundaries:
-        digest.update(text[start : b.end].encode("utf-8"))
-        keys.append((root, block_size, b.end, digest.intdigest()))
-        start = b.end
-    return keys

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -108,7 +108,10 @@ class AliasMap:
     def translate(self, events: Sequence[KVEvent]) -> list[KVEvent]:
         """Events with the worker field mapped to registry ids."""
         get = self._to_registry.get
-        return [e if (w := get(e.worker)) is None else replace(e, worker=w) for e in events]
+        # the constructor, not ``dataclasses.replace``: several times cheaper per event on the feed's path
+        return [
+            e if (w := get(e.worker)) is None else KVEvent(w, e.type, e.tier, e.hashes, e.ts) for e in events
+        ]
 
 
 @dataclass(frozen=True, slots=True)

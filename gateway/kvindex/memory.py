@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from gateway.kvindex.index import PrefixHit
 from gateway.kvindex.prediction import PredictionTable
-from gateway.kvindex.prefix_scan import MaskGetter, prefix_hits
+from gateway.kvindex.prefix_scan import MaskGetter, leading_run, prefix_hits
 from gateway.kvindex.worker_bits import WorkerBits
 from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
 
@@ -94,16 +94,27 @@ class MemoryKVIndex:
             self._remove_tier(_TIER_BITS[event.tier], event.hashes)
 
     def record_routed(self, worker: str, hashes: Sequence[int]) -> None:
-        """Predict that ``worker`` will hold ``hashes`` for ``prediction_ttl_s``."""
-        if hashes:
-            self._preds.record(self._bits.ensure(worker), hashes)
+        """Predict that ``worker`` will hold ``hashes`` for ``prediction_ttl_s``.
+
+        The leading blocks its events already place on it need no prediction: a conversation's next turn
+        then records its new blocks only, not its whole history again (and their expiry walks only those).
+        """
+        if not hashes:
+            return
+        bit = self._bits.ensure(worker)
+        held = leading_run(self._gpu, hashes, bit)
+        if held < len(hashes):
+            self._preds.record(bit, hashes[held:] if held else hashes)
 
     def longest_prefix(self, hashes: Sequence[int], workers: Iterable[str]) -> Mapping[str, PrefixHit]:
         """Per worker: leading blocks on its GPU (events or live predictions), then shared-tier blocks."""
         self._preds.expire()
         getters: list[MaskGetter] = [self._gpu.get]
-        if self._preds.masks:
-            getters.append(self._preds.masks.get)
+        predicted = self._preds.masks
+        # a C-level membership pass first: most prompts touch no live prediction, and then the scan reads
+        # one map instead of OR-ing two
+        if predicted and not predicted.keys().isdisjoint(hashes):
+            getters.append(predicted.get)
         return prefix_hits(hashes, workers, self._bits.bits, getters, self._tier)
 
     def remove_worker(self, worker: str) -> None:

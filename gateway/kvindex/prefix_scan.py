@@ -47,6 +47,16 @@ def leading_masks(hashes: Sequence[int], getters: Sequence[MaskGetter]) -> list[
     return list(takewhile(bool, accumulate(masks, operator.and_)))
 
 
+def leading_run(masks: Mapping[int, int], hashes: Sequence[int], bit: int) -> int:
+    """Leading blocks of ``hashes`` whose mask in ``masks`` has ``bit`` (exact, in C: stops at the first
+    block without it)."""
+    held = map(operator.and_, map(masks.get, hashes, repeat(0)), repeat(bit))
+    try:
+        return operator.indexOf(held, 0)
+    except ValueError:
+        return len(hashes)
+
+
 def count_for_bit(acc: Sequence[int], bit: int) -> int:
     """Leading blocks whose running mask still has ``bit`` (``acc`` from ``leading_masks``)."""
     if not acc or not acc[0] & bit:

@@ -177,5 +177,37 @@ def test_unverifiable_split_falls_back_to_full_tokenization() -> None:
 
 def test_boundary_finder_matches_leftmost_longest_like_the_library() -> None:
     finder = BoundaryFinder(["<a>", "<a><b>", "b>x"], ["<a>", "<a><b>"])
-    assert [(b.end, b.token) for b in finder.boundaries("<a><b>x<a>")] == [(6, "<a><b>"), (10, "<a>")]
-    assert BoundaryFinder([], []).boundaries("<a>") == []
+    found = finder.find("<a><b>x<a>", root=1, block_size=4)
+    assert (found.ends, found.tokens) == ([6, 10], ["<a><b>", "<a>"])
+    assert not BoundaryFinder([], []).find("<a>", root=1, block_size=4)
+
+
+def test_an_added_token_that_is_no_boundary_ends_none_but_stays_in_the_keys() -> None:
+    finder = BoundaryFinder(["<a>", "<n>"], ["<a>"])
+    found = finder.find("x<n>y<a>z<a>", root=1, block_size=4)
+    assert (found.ends, found.tokens) == ([8, 12], ["<a>", "<a>"])
+    other = finder.find("x<n>w<a>z<a>", root=1, block_size=4)  # differs before the first boundary only
+    assert all(a != b for a, b in zip(found.keys, other.keys, strict=True))
+
+
+def test_a_prefix_key_depends_on_the_text_up_to_its_boundary_only() -> None:
+    finder = BoundaryFinder(["<s>", "<e>"], ["<s>", "<e>"])
+    short = finder.find("<s>user one<e><s>", root=3, block_size=16)
+    longer = finder.find("<s>user one<e><s>answer<e><s>", root=3, block_size=16)
+    assert longer.keys[: len(short)] == short.keys
+    # the same segments in another order, same length: other keys
+    swapped = finder.find("<s>one user<e><s>", root=3, block_size=16)
+    reordered = finder.find("<s>b<e>a<e><s>", root=3, block_size=16)
+    assert finder.find("<s>a<e>b<e><s>", root=3, block_size=16).keys[-1] != reordered.keys[-1]
+    assert swapped.keys[-1] != short.keys[-1]
+    # root and block size are part of every key (the cached hashes depend on them)
+    assert finder.find("<s>user one<e><s>", root=4, block_size=16).keys[-1] != short.keys[-1]
+    assert finder.find("<s>user one<e><s>", root=3, block_size=32).keys[-1] != short.keys[-1]
+
+
+def test_prefix_keys_over_many_boundaries_match_one_by_one_computation() -> None:
+    finder = BoundaryFinder(["<t>"], ["<t>"])
+    text = "".join(f"m{i}<t>" for i in range(700))  # past the multiplier's precomputed powers
+    found = finder.find(text, root=5, block_size=8)
+    assert len(found) == 700 and len(set(found.keys)) == 700
+    assert found.keys[:300] == finder.find(text[: found.ends[299]], root=5, block_size=8).keys

@@ -61,6 +61,35 @@ def test_prediction_entries_are_bounded() -> None:
     assert index.longest_prefix([57, 58, 59], ["a"])["a"].gpu_blocks == 3
 
 
+def test_a_routed_prompt_predicts_only_the_blocks_its_worker_is_not_known_to_hold() -> None:
+    clock = FakeClock()
+    index = MemoryKVIndex(MemoryIndexConfig(prediction_ttl_s=2.0), clock=clock)
+    index.apply(stored("a", [1, 2, 3]))
+    index.record_routed("a", [1, 2, 3, 4, 5])  # the next turn: the history is on "a" already
+    assert index.num_predictions() == 2
+    assert index.longest_prefix([1, 2, 3, 4, 5, 6], ["a", "b"]) == {
+        "a": PrefixHit(5, 0),
+        "b": PrefixHit(0, 0),
+    }
+    index.record_routed("b", [1, 2, 3, 4])  # "b" holds none of it: all predicted
+    assert index.num_predictions() == 6
+    # a hole in what "a" holds: everything from the hole on is predicted, the block after it included
+    index.apply(removed("a", [2]))
+    index.record_routed("a", [1, 2, 3])
+    assert index.longest_prefix([1, 2, 3], ["a"])["a"] == PrefixHit(3, 0)
+    clock.now += 2.5  # predictions gone: events alone speak
+    assert index.longest_prefix([1, 2, 3], ["a"])["a"] == PrefixHit(1, 0)
+    assert index.num_predictions() == 0
+
+
+def test_a_prompt_that_touches_no_prediction_reads_events_alone() -> None:
+    index = MemoryKVIndex(clock=FakeClock())
+    index.apply(stored("a", [1, 2, 3]))
+    index.record_routed("b", [7, 8])  # live predictions elsewhere
+    assert index.longest_prefix([1, 2, 3], ["a", "b"]) == {"a": PrefixHit(3, 0), "b": PrefixHit(0, 0)}
+    assert index.longest_prefix([7, 8, 9], ["a", "b"]) == {"a": PrefixHit(0, 0), "b": PrefixHit(2, 0)}
+
+
 def test_cleared_dram_tier_keeps_gpu_entries() -> None:
     index = MemoryKVIndex()
     index.apply(stored("a", [1, 2]))
