@@ -60,7 +60,14 @@ class RedisLoadConfig:
     """Timing of the shared load board.
 
     Attributes:
-        sync_interval_s: how often figures are pushed and pulled.
+        sync_interval_s: how often figures are pushed and pulled while the board is idle.
+        busy_sync_interval_s: how often while it is busy: this replica's figures changed since the last
+            push, or the last pull found another replica's changed. A burst of requests spread over the
+            replicas is then seen by all of them within about this interval instead of
+            ``sync_interval_s`` (``loadtest.route_sim --replicas 4 --sync-lag-s``: on the trace with
+            bursts spread over 10 ms, four replicas' TTFT p50 is 1.07x one replica's at a 50 ms lag and
+            1.02x at 10 ms), and an idle board costs no more than before. An idle board's first change
+            wakes it at once.
         key_ttl_s: a replica's figures disappear this long after its last push.
         warn_interval_s: at most one "Redis unreachable" warning per interval.
         discover_interval_s: how often the other replicas' keys are listed again (``SCAN``); in between,
@@ -68,6 +75,7 @@ class RedisLoadConfig:
     """
 
     sync_interval_s: float = 0.05
+    busy_sync_interval_s: float = 0.01
     key_ttl_s: float = 5.0
     warn_interval_s: float = 30.0
     discover_interval_s: float = 1.0
@@ -101,6 +109,11 @@ class RedisLoadBoard:
         self._pulled_at = 0.0
         self._last_warning = float("-inf")
         self.degraded = False
+        self._changed = False  # own figures changed since the last push
+        self._wake = asyncio.Event()  # set by an idle board's first change
+        self._seen: list[bytes | None] = []  # the other replicas' packed figures at the last pull
+        self.busy = False  # sync at ``busy_sync_interval_s``
+        self.num_syncs = 0
 
     @property
     def key(self) -> str:
@@ -110,17 +123,28 @@ class RedisLoadBoard:
         counts = self._own.setdefault(worker, [0, 0])
         counts[0] += 1
         counts[1] += tokens
+        if not self._changed:
+            self._note_change()
 
     def release(self, worker: str, tokens: int) -> None:
         counts = self._own.setdefault(worker, [0, 0])
         counts[0] = max(0, counts[0] - 1)
         counts[1] = max(0, counts[1] - tokens)
+        if not self._changed:
+            self._note_change()
 
     def add_routed(
         self, worker: str, tokens: int, cached_tokens: int = 0, placement: Placement = Placement.OTHER
     ) -> None:
         self._recent.add(worker, tokens, cached_tokens, placement)
         self._own.setdefault(worker, [0, 0])
+        if not self._changed:
+            self._note_change()
+
+    def _note_change(self) -> None:
+        self._changed = True
+        if not self.busy:
+            self._wake.set()
 
     def replicas(self) -> int:
         return 1 + self._num_others
@@ -165,7 +189,15 @@ class RedisLoadBoard:
             # redis-py can swallow a CancelledError raised mid-command; honour the pending cancel anyway.
             if task is not None and task.cancelling():
                 raise asyncio.CancelledError
-            await asyncio.sleep(self.config.sync_interval_s)
+            if self.busy or self.degraded:  # degraded: retry at the idle pace, whatever changes
+                await asyncio.sleep(
+                    self.config.busy_sync_interval_s if self.busy else self.config.sync_interval_s
+                )
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.sync_interval_s):
+                    await self._wake.wait()
+            self._wake.clear()
 
     async def sync_once(self) -> None:
         """Publish this replica's figures and pull the others' (one pipelined round trip), listing the
@@ -177,6 +209,7 @@ class RedisLoadBoard:
             self._other_keys = [k for k in keys if k != own]
             self._discovered_at = self._clock()
         self._recent.now()  # rebase before publishing
+        changed, self._changed = self._changed, False
         async with self._redis.pipeline(transaction=False) as pipe:
             figures: dict[str, list[float]] = {w: [*c, *_NO_SUMS] for w, c in self._own.items()}
             for w, sums in self._recent.items():
@@ -200,6 +233,10 @@ class RedisLoadBoard:
             self._last_warning = self._clock()
             logger.warning("ignoring %d malformed load figure hash(es) of other replicas", bad)
         self._older_readers = any(h and _PACKED not in h for h in hashes)
+        seen = [h.get(_PACKED) for h in hashes]
+        self.busy = changed or seen != self._seen
+        self._seen = seen
+        self.num_syncs += 1
         live = [key for key, h in zip(others, hashes, strict=True) if h]  # a gone replica's key reads empty
         self._num_others = len(live)
         self._rank = sum(1 for key in live if key < own)
@@ -210,6 +247,7 @@ class RedisLoadBoard:
 
     def _mark_down(self, exc: BaseException) -> None:
         self.degraded = True
+        self.busy = False
         self._others = {}
         self._num_others = 0
         self._rank = 0

@@ -194,3 +194,31 @@ async def test_a_replica_writes_one_field_per_figure_only_while_an_older_reader_
             assert (await redis.hgetall(board.key))[b"w1\x00r"] == b"1"  # no longer kept up
     finally:
         await redis.aclose()
+
+
+async def test_a_board_syncs_at_the_busy_pace_under_traffic_and_at_the_idle_pace_without(
+    redis_url: str,
+) -> None:
+    config = RedisLoadConfig(
+        sync_interval_s=0.5, busy_sync_interval_s=0.02, key_ttl_s=5.0, discover_interval_s=0.05
+    )
+    async with (
+        open_redis_state(redis_url, config=config) as one,
+        open_redis_state(redis_url, config=config) as two,
+    ):
+        a, b = one.load, two.load
+        assert isinstance(a, RedisLoadBoard) and isinstance(b, RedisLoadBoard)
+        await eventually(lambda: a.replicas() == b.replicas() == 2)
+        await eventually(lambda: not a.busy and not b.busy)
+        before = a.num_syncs
+        await asyncio.sleep(1.0)
+        assert a.num_syncs - before <= 4  # idle: about one sync per 0.5 s
+        a.acquire("w1", 10)  # wakes the idle board at once; the other pulls it within its idle interval
+        await eventually(lambda: b.get("w1") == WorkerLoad(1, 10), timeout_s=5.0)
+        before_a, before_b = a.num_syncs, b.num_syncs
+        for _ in range(50):  # traffic on one replica: both follow it at the busy pace
+            a.add_routed("w1", 10)
+            await asyncio.sleep(0.02)
+        assert a.num_syncs - before_a >= 10
+        assert b.num_syncs - before_b >= 10
+        await eventually(lambda: not a.busy and not b.busy, timeout_s=5.0)  # traffic over: idle again
