@@ -104,7 +104,7 @@ class MemoryKVIndex:
         bit = self._bits.ensure(worker)
         held = leading_run(self._gpu, hashes, bit)
         if held < len(hashes):
-            self._preds.record(bit, hashes[held:] if held else hashes)
+            self._preds.record(bit, hashes[held:])
 
     def longest_prefix(self, hashes: Sequence[int], workers: Iterable[str]) -> Mapping[str, PrefixHit]:
         """Per worker: leading blocks on its GPU (events or live predictions), then shared-tier blocks."""

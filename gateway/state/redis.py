@@ -123,25 +123,24 @@ class RedisLoadBoard:
         counts = self._own.setdefault(worker, [0, 0])
         counts[0] += 1
         counts[1] += tokens
-        if not self._changed:
-            self._note_change()
+        self._note_change()
 
     def release(self, worker: str, tokens: int) -> None:
         counts = self._own.setdefault(worker, [0, 0])
         counts[0] = max(0, counts[0] - 1)
         counts[1] = max(0, counts[1] - tokens)
-        if not self._changed:
-            self._note_change()
+        self._note_change()
 
     def add_routed(
         self, worker: str, tokens: int, cached_tokens: int = 0, placement: Placement = Placement.OTHER
     ) -> None:
         self._recent.add(worker, tokens, cached_tokens, placement)
         self._own.setdefault(worker, [0, 0])
-        if not self._changed:
-            self._note_change()
+        self._note_change()
 
     def _note_change(self) -> None:
+        if self._changed:
+            return
         self._changed = True
         if not self.busy:
             self._wake.set()
