@@ -26,6 +26,7 @@ from gateway.openai.schema import ParsedRequest
 from gateway.routing.decisions import DecisionLog
 from gateway.routing.prefill_watch import PrefillWatch, Ticket
 from gateway.state.protocols import LoadBoard
+from kvgate_core.frozen import fast_constructor
 from kvgate_core.kvcontract.extra_keys import TENANT_HEADER
 from policies.api import Decision, Need, Observer, Outcome, Policy, RouteRequest, WorkerId, WorkerView
 from policies.builtin.least_load import LeastLoad
@@ -51,6 +52,12 @@ class Routed:
     @property
     def prefill_id(self) -> str | None:
         return self.prefill.id if self.prefill is not None else None
+
+
+# built per request (the views: per worker per request)
+_routed = fast_constructor(Routed)
+_route_request = fast_constructor(RouteRequest)
+_view = fast_constructor(WorkerView)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +145,7 @@ class Router:
             self._metrics.stage("analyze", self._clock() - start)
             num_tokens, hashes = analysis.num_tokens, analysis.block_hashes
         session = headers.get("x-session-id") or parsed.session_id
-        return RouteRequest(
+        return _route_request(
             model=parsed.model,
             num_prompt_tokens=num_tokens,
             block_hashes=hashes,
@@ -163,18 +170,21 @@ class Router:
         # policy places its requests by load alone (a quiet KV-event feed is the index's business:
         # ``gateway.kvindex.hybrid`` answers that worker from routing, or not at all)
         hits = self._lookup(req, [r.id for r in records if r.facts.no_affinity_reason is None])
+        # one view per worker per request: kept to plain local calls (a 64-worker fleet builds 64 of them)
+        upstream_queue, view = self._upstream_queue, _view
+        prefill_tokens = self._watch.prefill_tokens if self._watch.reporting else None
         views = []
-        for r in records:
-            load = self._load.get(r.id)
-            hit = hits.get(r.id, _NO_HIT)
+        for r, load in zip(records, self._load.loads([r.id for r in records]), strict=True):
+            hit = hits.get(r.id, _NO_HIT) if hits else _NO_HIT
+            inflight_tokens = load.inflight_tokens
             views.append(
-                WorkerView(
+                view(
                     id=WorkerId(r.id),
                     role=r.role,
                     healthy=r.available,
                     inflight_requests=load.inflight_requests,
-                    inflight_tokens=load.inflight_tokens,
-                    queue_depth=r.waiting_now + self._upstream_queue(r.url),
+                    inflight_tokens=inflight_tokens,
+                    queue_depth=r.waiting_now + upstream_queue(r.url),
                     kv_usage=r.kv_usage,
                     gpu_hit_blocks=hit.gpu_blocks,
                     tier_hit_blocks=hit.tier_blocks,
@@ -183,7 +193,7 @@ class Router:
                     recent_cached_tokens=load.recent_cached_tokens,
                     recent_streams=load.recent_streams,
                     recent_follow_ups=load.recent_follow_ups,
-                    prefill_tokens=self._watch.prefill_tokens(r.id, load.inflight_tokens),
+                    prefill_tokens=None if prefill_tokens is None else prefill_tokens(r.id, inflight_tokens),
                 )
             )
         return tuple(views)
@@ -215,23 +225,24 @@ class Router:
         views = self.snapshot(req, exclude)
         decision = self._balancer.select(req, views) if balanced else self._select(req, views)
         record = self._fleet.get(decision.worker) if decision.worker is not None else None
-        if record is None or not any(v.id == decision.worker and v.healthy for v in views):
+        chosen = next((v for v in views if v.id == decision.worker), None) if record is not None else None
+        if record is None or chosen is None or not chosen.healthy:
             raise NoHealthyWorker(f"no healthy worker can serve model {req.model!r} now; retry later")
         record.routed_total += 1
         if balanced:
             self._load.add_routed(record.id, req.max_tokens or 0)
             self.decisions.add(req, decision, views, None)
-            return Routed(request=req, decision=decision, record=record, prefix_hit_tokens=0, balanced=True)
+            return _routed(request=req, decision=decision, record=record, prefix_hit_tokens=0, balanced=True)
         if self._observer is not None:
             self._observer.on_routed(req, decision)
         if self._recorder is not None and req.block_hashes and record.facts.no_affinity_reason is None:
             self._recorder.record_routed(record.id, req.block_hashes)
-        hit_blocks = next(v.gpu_hit_blocks for v in views if v.id == decision.worker)
-        hit_tokens = self._cached_tokens(req, hit_blocks, record)
+        hit_tokens = self._cached_tokens(req, chosen.gpu_hit_blocks, record)
         placement = self._placement(req, views, record.id)
         self._load.add_routed(record.id, req.num_prompt_tokens + (req.max_tokens or 0), hit_tokens, placement)
         # in the chosen worker's tokens, as the prediction it is compared with (``kvgate_prefix_*_tokens``)
-        best_tokens = self._cached_tokens(req, max(v.gpu_hit_blocks for v in views), record)
+        best_blocks = max(v.gpu_hit_blocks for v in views) if req.block_hashes else 0  # no hashes: no hits
+        best_tokens = self._cached_tokens(req, best_blocks, record)
         prefill = self._fleet.get(decision.prefill_worker) if decision.prefill_worker is not None else None
         if prefill is not None and (not prefill.available or prefill.id == record.id):
             prefill = None  # PD degrades to decode-only, never fails the request
@@ -244,7 +255,7 @@ class Router:
         # what the proxy holds on the worker (``gateway.proxy.forward``): uncached prompt + completion budget
         uncached = max(0, req.num_prompt_tokens - hit_tokens)
         ticket = self._watch.open(record.id, uncached, uncached + (req.max_tokens or 0))
-        return Routed(
+        return _routed(
             request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens, prefill=prefill,
             best_hit_tokens=best_tokens, ticket=ticket,
         )  # fmt: skip

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from gateway.state.protocols import WorkerLoad
 from gateway.state.recent import RecentConfig, RecentSums
+from kvgate_core.frozen import fast_constructor
 from policies.placement import Placement
+
+_load = fast_constructor(WorkerLoad)  # built per worker per routing decision
 
 
 class MemoryLoadBoard:
@@ -46,8 +49,13 @@ class MemoryLoadBoard:
         self._requests.setdefault(worker, 0)
 
     def get(self, worker: str) -> WorkerLoad:
-        recent = self._recent.value(worker, self._recent.now())
-        return WorkerLoad(self._requests.get(worker, 0), self._tokens.get(worker, 0), *recent)
+        return self.loads((worker,))[0]
+
+    def loads(self, workers: Sequence[str]) -> list[WorkerLoad]:
+        recent = self._recent
+        scale = recent.scale(recent.now())
+        requests, tokens, scaled = self._requests.get, self._tokens.get, recent.scaled
+        return [_load(requests(w, 0), tokens(w, 0), *scaled(w, scale)) for w in workers]
 
     def snapshot(self) -> Mapping[str, WorkerLoad]:
         return {w: self.get(w) for w in self._requests}

@@ -7,7 +7,7 @@ in a background task, so the request path never waits on Redis.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -56,6 +56,11 @@ class LoadBoard(Protocol):
     def release(self, worker: str, tokens: int) -> None: ...
 
     def get(self, worker: str) -> WorkerLoad: ...
+
+    def loads(self, workers: Sequence[str]) -> list[WorkerLoad]:
+        """``get`` of each of ``workers``, in order, all at one instant (the routing snapshot: one clock
+        reading and one decay factor for the fleet, not one per worker)."""
+        ...
 
     def snapshot(self) -> Mapping[str, WorkerLoad]: ...
 

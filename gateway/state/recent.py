@@ -47,12 +47,13 @@ _NONE: Final = (0.0,) * len(SLOTS)
 class RecentSums:
     """This replica's decayed sums per worker, one per ``SLOTS`` entry (event-loop confined)."""
 
-    __slots__ = ("_clock", "_config", "_sums", "epoch")
+    __slots__ = ("_clock", "_config", "_next_epoch", "_sums", "epoch")
 
     def __init__(self, config: RecentConfig, clock: Callable[[], float] = time.time) -> None:
         self._config = config
         self._clock = clock
         self.epoch = self._epoch_of(clock())
+        self._next_epoch = self.epoch + config.rebase_s
         self._sums: dict[str, list[float]] = {}
 
     @property
@@ -63,6 +64,8 @@ class RecentSums:
         return math.floor(now / self._config.rebase_s) * self._config.rebase_s
 
     def _rebase(self, now: float) -> None:
+        if now < self._next_epoch:  # the common case: a comparison, not a division (called per worker)
+            return
         epoch = self._epoch_of(now)
         if epoch > self.epoch:
             keep = math.exp2(-(epoch - self.epoch) / self._config.half_life_s)
@@ -70,6 +73,7 @@ class RecentSums:
                 for i in range(len(sums)):
                     sums[i] *= keep
             self.epoch = epoch
+        self._next_epoch = self.epoch + self._config.rebase_s
 
     def add(
         self, worker: str, tokens: int, cached_tokens: int = 0, placement: Placement = Placement.OTHER
@@ -105,8 +109,16 @@ class RecentSums:
 
     def value(self, worker: str, now: float) -> tuple[float, ...]:
         """Decayed sums of ``worker`` at ``now``, in ``SLOTS`` order."""
+        return self.scaled(worker, self.scale(now))
+
+    def scale(self, now: float) -> float:
+        """The factor that turns a sum kept relative to ``epoch`` into its value at ``now``."""
+        return math.exp2((self.epoch - now) / self._config.half_life_s)
+
+    def scaled(self, worker: str, scale: float) -> tuple[float, ...]:
+        """``worker``'s sums times ``scale`` (``scale(now)``: their value at ``now``), in ``SLOTS`` order."""
         sums = self._sums.get(worker)
         if sums is None:
             return _NONE
-        keep = decayed(1.0, self.epoch, now, self._config.half_life_s)
-        return tuple(v * keep for v in sums)
+        tokens, requests, cached, streams, follow_ups = sums  # SLOTS, spelled out: no generator per call
+        return (tokens * scale, requests * scale, cached * scale, streams * scale, follow_ups * scale)

@@ -28,7 +28,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, cast
 
@@ -37,6 +37,7 @@ import orjson
 from gateway.state.protocols import State, WorkerLoad
 from gateway.state.recent import RecentConfig, RecentSums, decayed
 from gateway.state.redis_client import RedisClientSettings, open_redis
+from kvgate_core.frozen import fast_constructor
 from policies.placement import Placement
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ _RECENT_FIELDS: Final = ("s", "q", "c", "n", "f")  # field kinds of the recent s
 _LETTERS: Final = "rt" + "".join(_RECENT_FIELDS)  # a worker's figures in ``v``, in this order
 _SLOT_OF: Final = {kind: i for i, kind in enumerate(_LETTERS)}
 _NO_SUMS: Final = (0.0,) * len(_RECENT_FIELDS)  # a row's recent sums before any request (r and t stay ints)
+_load = fast_constructor(WorkerLoad)  # built per worker per routing decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,25 +154,29 @@ class RedisLoadBoard:
         return self._rank
 
     def get(self, worker: str) -> WorkerLoad:
-        now = self._recent.now()
-        inflight, inflight_tokens = self._own.get(worker) or (0, 0)
-        recent = self._recent.value(worker, now)
-        other = self._others.get(worker)
-        if other is None:
-            return WorkerLoad(inflight, inflight_tokens, *recent)
-        keep = decayed(1.0, self._pulled_at, now, self._recent.half_life_s)
-        theirs = (
-            other.recent_tokens,
-            other.recent_requests,
-            other.recent_cached_tokens,
-            other.recent_streams,
-            other.recent_follow_ups,
-        )
-        return WorkerLoad(
-            inflight + other.inflight_requests,
-            inflight_tokens + other.inflight_tokens,
-            *(mine + t * keep for mine, t in zip(recent, theirs, strict=True)),
-        )
+        return self.loads((worker,))[0]
+
+    def loads(self, workers: Sequence[str]) -> list[WorkerLoad]:
+        recent = self._recent
+        now = recent.now()
+        mine_scale = recent.scale(now)
+        their_scale = decayed(1.0, self._pulled_at, now, recent.half_life_s)
+        own, others, scaled = self._own.get, self._others.get, recent.scaled
+        out = []
+        for worker in workers:
+            inflight, inflight_tokens = own(worker) or (0, 0)
+            tokens, requests, cached, streams, follow_ups = scaled(worker, mine_scale)
+            other = others(worker)
+            if other is not None:
+                inflight += other.inflight_requests
+                inflight_tokens += other.inflight_tokens
+                tokens += other.recent_tokens * their_scale
+                requests += other.recent_requests * their_scale
+                cached += other.recent_cached_tokens * their_scale
+                streams += other.recent_streams * their_scale
+                follow_ups += other.recent_follow_ups * their_scale
+            out.append(_load(inflight, inflight_tokens, tokens, requests, cached, streams, follow_ups))
+        return out
 
     def snapshot(self) -> Mapping[str, WorkerLoad]:
         return {w: self.get(w) for w in self._own.keys() | self._others.keys()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.state.memory import MemoryLoadBoard
+from gateway.state.protocols import WorkerLoad
 from gateway.state.recent import SLOTS, RecentConfig, RecentSums, decayed
 from policies.placement import Placement
 
@@ -74,6 +75,30 @@ def test_memory_board_reports_recent_load_on_its_clock() -> None:
     )
     assert (load.recent_streams, load.recent_follow_ups) == pytest.approx((0.0, 0.5))
     assert set(board.snapshot()) == {"w"}
+
+
+def test_memory_board_reads_many_workers_at_one_instant() -> None:
+    now = [50.0]
+    board = MemoryLoadBoard(RecentConfig(half_life_s=5.0), clock=lambda: now[0])
+    board.acquire("a", 40)
+    board.add_routed("a", 300, cached_tokens=100)
+    board.add_routed("b", 80, placement=Placement.NEW_STREAM)
+    now[0] += 5.0
+    loads = board.loads(["b", "unknown", "a"])
+    assert loads == [board.get("b"), WorkerLoad(), board.get("a")]
+    assert (loads[2].inflight_requests, loads[2].inflight_tokens, loads[2].recent_tokens) == (1, 40, 150.0)
+    assert board.loads([]) == []
+
+
+def test_rebasing_is_checked_on_every_read_even_after_a_long_silence() -> None:
+    now = [10.0]
+    sums = RecentSums(RecentConfig(half_life_s=100.0, rebase_s=60.0), clock=lambda: now[0])
+    sums.add("w", 1000)
+    now[0] = 10.0 + 3 * 60.0  # three epochs later, nothing routed in between
+    assert sums.value("w", sums.now()) == pytest.approx((1000.0 * 2 ** (-1.8), 2 ** (-1.8), 0.0, 0.0, 0.0))
+    assert sums.epoch == 180.0
+    now[0] = 239.0  # still in that epoch: nothing moves
+    assert sums.now() == 239.0 and sums.epoch == 180.0
 
 
 def test_bad_config_is_refused() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,6 +53,11 @@ async def test_replicas_see_the_same_recent_routed_load(redis_url: str) -> None:
         await eventually(lambda: one.load.get("w1").recent_follow_ups == near(2))
         await eventually(lambda: one.load.get("w2").recent_streams == near(1))
         assert two.load.get("w1").recent_streams == 0.0
+        # read together (the routing snapshot): the same figures as one at a time, the others' included
+        together = one.load.loads(["w2", "none", "w1"])
+        alone = [one.load.get("w2"), WorkerLoad(), one.load.get("w1")]
+        for a, b in zip(together, alone, strict=True):
+            assert dataclasses.astuple(a) == pytest.approx(dataclasses.astuple(b), rel=1e-6)
 
 
 async def test_a_closed_replica_no_longer_counts(redis_url: str) -> None:
