@@ -7,6 +7,10 @@ hits, loads, queue depths and a session id from a pool of 1,000. Each policy run
 snapshots (building them is not timed) and, like the gateway's router, calls ``on_routed`` after each
 ``select`` for policies that keep state. The figure is the best of ``--repeats`` runs, in CPU µs per
 request (process CPU time, steadier than wall time on a shared machine).
+
+A last row, ``router (round_robin)``, is what the gateway's router adds around a policy: building the
+snapshot from the fleet and the load board, then the bookkeeping of a decision and of its end
+(``gateway.routing.router``: ``route`` + ``finished``, round robin's own ``select`` included, no tokenizer).
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from gateway.fleet.registry import Fleet
+from gateway.observability.metrics import Metrics
+from gateway.routing.router import Router
+from gateway.settings import BreakerSettings, WorkerSpec
+from gateway.state.memory import MemoryLoadBoard
 from policies import (
     Observer,
     Policy,
@@ -42,6 +51,7 @@ PIPELINE: dict[str, Any] = {
     ],
     "picker": "max_score",
 }
+ROUTER_ROW = "router (round_robin)"
 
 
 def snapshots(n_workers: int, count: int, seed: int, pd: bool) -> list[tuple[RouteRequest, list[WorkerView]]]:
@@ -95,6 +105,25 @@ def time_policy(
     return best
 
 
+def time_router(n_workers: int, count: int, repeats: int) -> float:
+    """Best-of-``repeats`` µs per ``Router.route`` + ``Router.finished`` over ``n_workers`` (round robin)."""
+    fleet = Fleet(breaker=BreakerSettings(), clock=time.monotonic)
+    for i in range(n_workers):
+        record = fleet.add(WorkerSpec(id=f"w{i}", url=f"http://10.0.0.{i}:9000"))
+        record.healthy, record.models = True, frozenset({"smollm2"})
+    policy = build_policy("round_robin", PolicyContext(rng=random.Random(0), block_size=BLOCK_SIZE))
+    router = Router(fleet=fleet, load=MemoryLoadBoard(), policy=policy, analyzer=None, kv_index=None,
+                    block_size=BLOCK_SIZE, metrics=Metrics())  # fmt: skip
+    req = RouteRequest(model="smollm2", max_tokens=256)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time_ns()
+        for _ in range(count):
+            router.finished(router.route(req), ok=True, cached_tokens=None, latency_s=0.01)
+        best = min(best, (time.process_time_ns() - start) / count / 1000.0)
+    return best
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench_policies", description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[4, 16, 64])
@@ -103,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     registry = make_registry([])
     names = [n for n in available_policies(registry) if n != "pipeline"] + ["pipeline (3 scorers)"]
-    table: dict[str, list[float]] = {n: [] for n in names}
+    table: dict[str, list[float]] = {n: [] for n in [*names, ROUTER_ROW]}
     for size in args.sizes:
         plain = snapshots(size, args.requests, seed=size, pd=False)
         mixed = snapshots(size, args.requests, seed=size, pd=True)
@@ -112,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             policy = build_policy(spec, PolicyContext(rng=random.Random(0), block_size=BLOCK_SIZE), registry)
             snaps = mixed if name == "pd_disaggregation" else plain
             table[name].append(time_policy(policy, snaps, args.repeats))
+        table[ROUTER_ROW].append(time_router(size, args.requests, args.repeats))
+    names.append(ROUTER_ROW)
     width = max(len(n) for n in names)
     print(
         f"{'policy':<{width}} "

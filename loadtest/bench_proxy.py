@@ -227,6 +227,7 @@ async def _run_client(
         "p50_ms": latencies[len(latencies) // 2] * 1e3,
         "p99_ms": latencies[int(len(latencies) * 0.99)] * 1e3,
         "errors": float(len(errors)),
+        "warm": float(len(warm)),  # sent before the timed run (a profiler attached throughout sees them)
     }
 
 
@@ -240,7 +241,7 @@ class _Router:
     ready_path: str
 
 
-def _spawn(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+def spawn(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as fh:
         return subprocess.Popen(list(args), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -257,9 +258,7 @@ def wait_http(url: str, timeout_s: float = 30.0) -> None:
     raise TimeoutError(f"{url} not ready within {timeout_s}s")
 
 
-def _start_workers(
-    kind: str, num_workers: int, logs: Path
-) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
+def start_workers(kind: str, num_workers: int, logs: Path) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
     py = sys.executable
     procs: list[subprocess.Popen[bytes]] = []
     ports = free_ports(num_workers)
@@ -269,12 +268,12 @@ def _start_workers(
                    "--model-name", "mock", "--prefill-tps", "1e9", "--decode-tps", "1e9"]  # fmt: skip
         else:
             cmd = [py, "-m", "loadtest.bench_proxy", "--serve-mock", str(port)]
-        procs.append(_spawn(cmd, logs / f"worker{i}.log"))
+        procs.append(spawn(cmd, logs / f"worker{i}.log"))
     try:
         for port in ports:
             wait_http(f"http://127.0.0.1:{port}/health")
     except TimeoutError:
-        _stop(procs)
+        stop_procs(procs)
         raise
     return procs, ports
 
@@ -294,7 +293,7 @@ def command_router(cmd: RouterCommand, worker_ports: Sequence[int]) -> _Router:
     return _Router(cmd.name, argv, port, cmd.ready_path)
 
 
-def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+def stop_procs(procs: Sequence[subprocess.Popen[bytes]]) -> None:
     """SIGTERM to each process's group (a supervising router forwards it to its children), then wait."""
     for proc in procs:
         if proc.poll() is None:
@@ -307,7 +306,7 @@ def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
             proc.wait(5)
 
 
-def _client(
+def client_cell(
     port: int, connections: int, duration_s: float, mode: str, max_requests: int, paced: tuple[int, float]
 ) -> _Cell:
     cmd = [sys.executable, "-m", "loadtest.bench_proxy", "--client",
@@ -331,20 +330,20 @@ def _measure(router: _Router, pid: int, load: _Load, mode: str) -> tuple[_Cell, 
     cells = []
     for conns in (1, load.connections):
         cpu0 = tree_cpu_s(pid)
-        cell = _client(router.port, conns, load.duration_s, mode, load.max_requests, load.paced)
+        cell = client_cell(router.port, conns, load.duration_s, mode, load.max_requests, load.paced)
         cell["cpu_us"] = (tree_cpu_s(pid) - cpu0) * 1e6 / max(1.0, cell["requests"])
         cells.append(cell)
     return cells[0], cells[1]
 
 
 def _bench_router(router: _Router, logs: Path, load: _Load) -> dict[str, tuple[_Cell, _Cell]]:
-    proc = _spawn(router.argv, logs / f"router-{router.port}.log")
+    proc = spawn(router.argv, logs / f"router-{router.port}.log")
     try:
         wait_http(f"http://127.0.0.1:{router.port}{router.ready_path}", timeout_s=90)
         time.sleep(1.0)  # let a multi-process router's last process join before measuring
         return {mode: _measure(router, proc.pid, load, mode) for mode in load.modes}
     finally:
-        _stop([proc])
+        stop_procs([proc])
 
 
 def _overhead_rows(direct: Mapping[str, _Cell], cells: Mapping[str, tuple[_Cell, _Cell]]) -> list[str]:
@@ -455,16 +454,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     results: dict[str, dict[str, tuple[_Cell, _Cell]]] = {}
     with tempfile.TemporaryDirectory(prefix="kvgate-bench-") as tmp:
-        procs, ports = _start_workers(args.workers, args.num_workers, Path(tmp))
+        procs, ports = start_workers(args.workers, args.num_workers, Path(tmp))
         try:
             routers = _routers(args, ports)
             direct = {
-                m: _client(ports[0], 1, args.duration_s, m, args.max_requests, load.paced) for m in modes
+                m: client_cell(ports[0], 1, args.duration_s, m, args.max_requests, load.paced) for m in modes
             }
             for router in routers:
                 results[router.name] = _bench_router(router, Path(tmp), load)
         finally:
-            _stop(procs)
+            stop_procs(procs)
     sys.stdout.write(
         f"gateway overhead, {args.num_workers} {args.workers} workers, {args.duration_s:g}s per cell, "
         f"{os.cpu_count()} CPUs\n"
