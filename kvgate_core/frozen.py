@@ -42,7 +42,7 @@ def fast_constructor(cls: Callable[P, T]) -> Callable[P, T]:
         f"_Unfrozen{cls.__name__}", specs, namespace={"__post_init__": become}, slots=True, eq=False,
         repr=False,
     )  # fmt: skip
-    if getattr(twin, "__slots__", None) != getattr(cls, "__slots__", None):
+    if getattr(twin, "__slots__", None) != getattr(cls, "__slots__", None):  # not slotted, or a __weakref__
         return cls
     return cast(Callable[P, T], twin)  # calling it returns a cls
 
@@ -54,8 +54,6 @@ def _fits(cls: object) -> bool:
     return (
         params is not None
         and params.frozen
-        and "__slots__" in cls.__dict__
-        and "__weakref__" not in getattr(cls, "__slots__", ())
         and cls.__bases__ == (object,)
         and not hasattr(cls, "__post_init__")
     )

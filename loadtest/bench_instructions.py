@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = [int(n) for n in args.workers.split(",") if n]
     cells: list[Cell] = []
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp, contextlib.ExitStack() as stack:
-        trees = [("current", Path.cwd())]
+        trees = [("current", Path(__file__).resolve().parents[1])]  # this checkout's root
         if args.baseline:
             trees.append(("baseline", stack.enter_context(checkout(args.baseline))))
         for mode in modes:

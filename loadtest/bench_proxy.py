@@ -241,7 +241,7 @@ class _Router:
     ready_path: str
 
 
-def spawn(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+def _spawn(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as fh:
         return subprocess.Popen(list(args), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -268,7 +268,7 @@ def start_workers(kind: str, num_workers: int, logs: Path) -> tuple[list[subproc
                    "--model-name", "mock", "--prefill-tps", "1e9", "--decode-tps", "1e9"]  # fmt: skip
         else:
             cmd = [py, "-m", "loadtest.bench_proxy", "--serve-mock", str(port)]
-        procs.append(spawn(cmd, logs / f"worker{i}.log"))
+        procs.append(_spawn(cmd, logs / f"worker{i}.log"))
     try:
         for port in ports:
             wait_http(f"http://127.0.0.1:{port}/health")
@@ -337,7 +337,7 @@ def _measure(router: _Router, pid: int, load: _Load, mode: str) -> tuple[_Cell, 
 
 
 def _bench_router(router: _Router, logs: Path, load: _Load) -> dict[str, tuple[_Cell, _Cell]]:
-    proc = spawn(router.argv, logs / f"router-{router.port}.log")
+    proc = _spawn(router.argv, logs / f"router-{router.port}.log")
     try:
         wait_http(f"http://127.0.0.1:{router.port}{router.ready_path}", timeout_s=90)
         time.sleep(1.0)  # let a multi-process router's last process join before measuring

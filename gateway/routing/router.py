@@ -175,7 +175,7 @@ class Router:
         prefill_tokens = self._watch.prefill_tokens if self._watch.reporting else None
         views = []
         for r, load in zip(records, self._load.loads([r.id for r in records]), strict=True):
-            hit = hits.get(r.id, _NO_HIT) if hits else _NO_HIT
+            hit = hits.get(r.id, _NO_HIT)
             inflight_tokens = load.inflight_tokens
             views.append(
                 view(

@@ -113,7 +113,7 @@ class RecentSums:
 
     def scale(self, now: float) -> float:
         """The factor that turns a sum kept relative to ``epoch`` into its value at ``now``."""
-        return math.exp2((self.epoch - now) / self._config.half_life_s)
+        return decayed(1.0, self.epoch, now, self._config.half_life_s)
 
     def scaled(self, worker: str, scale: float) -> tuple[float, ...]:
         """``worker``'s sums times ``scale`` (``scale(now)``: their value at ``now``), in ``SLOTS`` order."""
