@@ -23,7 +23,13 @@ $(STAMP): pyproject.toml | $(PY)
 
 venv: $(PY) ## create the virtual environment
 
-install: $(STAMP) ## install kvgate with the worker, loadtest and dev extras (torch CPU, triton, SmolLM2 GGUF)
+install: $(STAMP) native ## install kvgate with the worker, loadtest and dev extras (torch CPU, triton, SmolLM2 GGUF)
+
+native: $(STAMP) ## compile the request path with mypyc where a C compiler is found (again only after an edit)
+	@$(PY) -m kvgate_core.native_build --optional --if-stale
+
+pure: ## drop the compiled request path (plain Python; KVGATE_PURE_PYTHON=1 does the same for one run)
+	$(PY) -m kvgate_core.native_build clean
 
 redis: ## make sure redis-server is installed (installs Debian's package when root)
 	@if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
@@ -114,7 +120,8 @@ bench: install ## gateway overhead and policy benchmarks (prints figures)
 bench-epp: install envoy-lane ## picker overhead through Envoy vs gateway mode, and routing quality (prints figures)
 	KVGATE_ENVOY=$(abspath $(ENVOY_DIR))/venv/bin/envoy $(PY) -m loadtest.bench_epp
 
-clean: ## remove the environment and caches
+clean: ## remove the environment, caches and the compiled request path
 	rm -rf $(VENV) $(ENVOY_DIR) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	find kvgate_core gateway policies -name '*.so' -delete; rm -f kvgate_core/native_stamp.json
 
-.PHONY: help venv install redis promtool chromium fmt lint typecheck test-unit test-integration test test-gpu demo bench bench-epp clean
+.PHONY: help venv install native pure redis promtool chromium fmt lint typecheck test-unit test-integration test test-gpu demo bench bench-epp clean

@@ -40,6 +40,7 @@ from gateway.settings import (
     parse_connections,
 )
 from gateway.state.redis_client import is_redis_url
+from kvgate_core import native
 from kvgate_core.asgi import ASGIApp
 from kvgate_core.config import parse_layered
 from kvgate_core.h1_server.context import ServerLimits
@@ -384,6 +385,17 @@ def raise_open_files_limit(
     return clients
 
 
+def _log_build() -> None:
+    """Say whether the request path runs compiled (``kvgate_core.native``): a stale build is plain Python."""
+    state = native.guard()
+    if state.compiled:
+        logger.info("request path: compiled with mypyc")
+    elif native.compiled_modules():
+        logger.warning("request path: plain Python, the compiled build is not used (%s)", state.reason)
+    else:
+        logger.info("request path: plain Python (%s)", state.reason)
+
+
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, json=args.log_format == "json")
     child = ChildRole(args.process_index, args.ready_fd) if args.process_index is not None else None
@@ -395,6 +407,7 @@ def run(args: argparse.Namespace) -> int:
         if not settings.workers:
             raise ConfigError("give at least one --worker URL (or KVGATE_WORKER / worker: in --config)")
         raise_open_files_limit(settings)
+        _log_build()
         argv = ["gateway", *sys.argv[sys.argv.index("gateway") + 1 :]] if "gateway" in sys.argv else None
         if args.processes > 1 and child is None and argv is not None:
             code = supervise(args.processes, settings, argv, args.shutdown_grace_s)

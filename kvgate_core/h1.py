@@ -28,7 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from kvgate_core.h1_connection import H1Connection, Target, UpstreamConnectionError
+from kvgate_core.h1_connection import H1Connection, Target
+from kvgate_core.h1_errors import PoolSaturatedError, PoolWaitTimeoutError, UpstreamConnectionError
 
 __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
@@ -51,14 +52,6 @@ DEFAULT_MAX_CONNECTING: Final = 16
 #: a connect deadline timer this late means the event loop was stalled; it waits again, this often at most
 _STALL_S: Final = 0.1
 _MAX_EXTENSIONS: Final = 3
-
-
-class PoolSaturatedError(UpstreamConnectionError):
-    """The host's connection cap is reached and its wait queue is full; nothing was sent."""
-
-
-class PoolWaitTimeoutError(PoolSaturatedError):
-    """No connection to the host came free within the pool's longest wait; nothing was sent."""
 
 
 @dataclass(slots=True, eq=False)

@@ -13,11 +13,9 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from kvgate_core.h1_errors import UpstreamConnectionError as UpstreamConnectionError
+
 _MAX_BUFFERED_CHUNKS = 64
-
-
-class UpstreamConnectionError(OSError):
-    """The connection failed or closed before the response was complete."""
 
 
 class H1Connection(asyncio.Protocol):

@@ -281,20 +281,19 @@ class Proxy:
         on_response_id: OnResponseId | None = None,
     ) -> Result:
         worker = routed.record.id
-        conn = None
         try:
             async with Deadline(self._timeouts.ttfb_s, self._wheel):
                 conn = await self._pool.post(target, request, cap)
-                body = await conn.read_all()
+                try:
+                    body = await conn.read_all()
+                finally:
+                    self._pool.release(target, conn)
         except PoolSaturatedError as exc:
             raise shed_from(exc, worker) from None
         except TimeoutError:
             raise RetryableFailure(WorkerTimeout(f"worker {worker} timed out"), "timeout") from None
         except OSError as exc:
             raise RetryableFailure(WorkerUnavailable(f"worker {worker} failed: {exc}"), "connect") from None
-        finally:
-            if conn is not None:
-                self._pool.release(target, conn)
         status = conn.status
         hold.end(answered=True)
         if status >= 500:
