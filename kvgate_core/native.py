@@ -55,6 +55,7 @@ MODULES: Final = (
     "gateway.proxy.shaping",
     "gateway.proxy.forward",
     "gateway.api.openai_routes",
+    "policies.builtin.round_robin",
 )
 GROUP: Final = "kvgate_core.native_lib"  # the shared library's module (mypyc appends ``__mypyc``)
 PURE_ENV: Final = "KVGATE_PURE_PYTHON"

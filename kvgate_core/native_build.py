@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         state = inspect_build()
         sys.stdout.write(("compiled" if state.compiled else f"plain Python: {state.reason}") + "\n")
         return 0
-    if args.if_stale and inspect_build().compiled:
+    if args.if_stale and inspect_build(environ={}).compiled:  # current, whether or not this run uses it
         return 0
     try:
         build(verbose=args.verbose)

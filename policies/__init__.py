@@ -1,5 +1,10 @@
-"""kvgate routing policies: the API, the pipeline runtime, the built-ins and plugin discovery."""
+"""kvgate routing policies: the API, the pipeline runtime, the built-ins and plugin discovery.
 
+``kvgate_core`` is imported first: its guard decides whether the compiled modules load
+(``kvgate_core.native``).
+"""
+
+import kvgate_core  # noqa: F401
 from policies.api import (
     Decider,
     Decision,

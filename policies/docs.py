@@ -9,6 +9,7 @@ the pages on disk differ from what would be generated.
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import importlib
 import inspect
@@ -77,9 +78,19 @@ def _defaults_table(plugins: Sequence[PluginDef]) -> str:
     return "\n".join(rows) if len(rows) > 2 else "This plugin takes no params."
 
 
+def module_doc(module: ModuleType) -> str:
+    """A module's docstring; a module compiled with mypyc (``kvgate_core.native``) keeps none, so it is read
+    from the source beside the extension."""
+    if module.__doc__:
+        return module.__doc__
+    origin = Path(module.__file__ or "")
+    source = origin.with_name(origin.name.split(".", 1)[0] + ".py")
+    return ast.get_docstring(ast.parse(source.read_text())) or "" if source.is_file() else ""
+
+
 def render(module: ModuleType) -> str:
     """The markdown page of one built-in module."""
-    summary, parts = sections(module.__doc__ or "")
+    summary, parts = sections(module_doc(module))
     plugins: tuple[PluginDef, ...] = module.PLUGINS
     kinds = ", ".join(f"`{p.name}` ({p.kind})" for p in plugins)
     out = [
@@ -147,7 +158,7 @@ def render_index() -> str:
         "",
     ]
     for module in builtin_modules():
-        summary, _ = sections(module.__doc__ or "")
+        summary, _ = sections(module_doc(module))
         index.append(f"- [{page_name(module).removesuffix('.md')}]({page_name(module)}): {summary}")
     return "\n".join(index) + "\n"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvgate_core import native
+from kvgate_core import native, native_build
 from kvgate_core.native import MODULES, PURE_ENV, BuildState, SourceFinder, abi, fingerprint, inspect_build
 
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -102,3 +102,33 @@ def test_this_process_loads_what_the_guard_decided() -> None:
     import gateway.proxy.forward  # noqa: F401
 
     assert native.loaded_compiled("gateway.proxy.forward") == native.guard().compiled
+
+
+def _builds(monkeypatch: pytest.MonkeyPatch, *, current: bool, fails: bool = False) -> list[bool]:
+    calls: list[bool] = []
+
+    def build(verbose: bool = False) -> None:
+        calls.append(verbose)
+        if fails:
+            raise RuntimeError("no C compiler")
+
+    monkeypatch.setattr(native_build, "build", build)
+    state = BuildState(True, "compiled") if current else BuildState(False, "stale")
+    monkeypatch.setattr(native_build, "inspect_build", lambda environ=None: state)
+    return calls
+
+
+def test_if_stale_builds_only_when_the_build_is_not_current(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _builds(monkeypatch, current=True)
+    assert native_build.main(["--if-stale"]) == 0 and calls == []
+    calls = _builds(monkeypatch, current=False)
+    assert native_build.main(["--if-stale", "-v"]) == 0 and calls == [True]
+
+
+def test_a_failed_build_is_an_error_unless_optional(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _builds(monkeypatch, current=False, fails=True)
+    assert native_build.main(["build"]) == 1
+    assert native_build.main(["build", "--optional"]) == 0
+    assert "runs as plain Python (no C compiler)" in capsys.readouterr().out
