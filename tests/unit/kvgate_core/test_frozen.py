@@ -80,3 +80,31 @@ class Child(Point):
 @pytest.mark.parametrize("cls", [Checked, Mutable, Unslotted, Child, int])
 def test_a_class_the_trick_does_not_fit_comes_back_unchanged(cls: type) -> None:
     assert fast_constructor(cls) is cls
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    items: list[int] = field(default_factory=list)
+    derived: int = field(default=7, init=False)
+    made: tuple[int, ...] = field(default_factory=lambda: (1,), init=False)
+    when: float = field(default=0.5, kw_only=True)
+
+
+def test_factories_run_per_call_and_fields_outside_init_get_their_defaults() -> None:
+    build = fast_constructor(Defaults)
+    assert build is not Defaults
+    a, b = build(), build()
+    assert a == Defaults() and a.items is not b.items  # a fresh list each time, as the class gives
+    assert (a.derived, a.made, a.when) == (7, (1,), 0.5)
+    assert build([1], when=2.0) == Defaults([1], when=2.0)
+    with pytest.raises(TypeError):
+        build([1], 2.0)  # type: ignore[misc]  # keyword-only stays keyword-only
+
+
+@dataclass(frozen=True, slots=True)
+class Shadowing:
+    _cls: int
+
+
+def test_a_field_named_like_the_generated_codes_own_names_gets_the_class() -> None:
+    assert fast_constructor(Shadowing) is Shadowing
