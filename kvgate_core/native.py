@@ -44,6 +44,7 @@ MODULES: Final = (
     "gateway.state.memory",
     "gateway.fleet.breaker",
     "gateway.fleet.registry",
+    "gateway.observability.series",
     "gateway.observability.metrics",
     "gateway.openai.schema",
     "gateway.openai.sse",

@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 
 from gateway.fleet.breaker import BreakerState
 from gateway.fleet.registry import Fleet
+from gateway.observability.series import LabelledCounter, LabelledHistogram
 from gateway.state.protocols import LoadBoard
 from kvgate_core.tracing import stage_span
 
@@ -87,30 +88,21 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self._requests = Counter(
-            "kvgate_requests", "Requests answered", ["route", "status", "worker"], registry=self.registry
+        # updated on every request: the cheap series (``gateway.observability.series``)
+        self._requests = LabelledCounter(
+            "kvgate_requests", "Requests answered", ["route", "status", "worker"]
         )
-        self._ttfb = Histogram(
-            "kvgate_ttfb_seconds",
-            "Time to first upstream byte",
-            ["route"],
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
+        self._ttfb = LabelledHistogram(
+            "kvgate_ttfb_seconds", "Time to first upstream byte", ["route"], _LATENCY_BUCKETS
         )
-        self._latency = Histogram(
-            "kvgate_request_duration_seconds",
-            "Request duration",
-            ["route"],
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
+        self._latency = LabelledHistogram(
+            "kvgate_request_duration_seconds", "Request duration", ["route"], _LATENCY_BUCKETS
         )
-        self._stage = Histogram(
-            "kvgate_stage_seconds",
-            "Time per request stage",
-            ["stage"],
-            buckets=_STAGE_BUCKETS,
-            registry=self.registry,
+        self._stage = LabelledHistogram(
+            "kvgate_stage_seconds", "Time per request stage", ["stage"], _STAGE_BUCKETS
         )
+        for family in (self._requests, self._ttfb, self._latency, self._stage):
+            self.registry.register(family)
         self._loop_lag = Histogram(
             "kvgate_event_loop_lag_seconds",
             "How late a 100 ms timer fired on the gateway's event loop (time the loop was busy)",
@@ -148,14 +140,14 @@ class Metrics:
         return child
 
     def request(self, route: str, status: int, worker: str, latency_s: float) -> None:
-        self._child(self._requests, route, str(status), worker).inc()  # type: ignore[union-attr]
-        self._child(self._latency, route).observe(latency_s)  # type: ignore[union-attr]
+        self._requests.labels(route, str(status), worker).inc()
+        self._latency.labels(route).observe(latency_s)
 
     def ttfb(self, route: str, seconds: float) -> None:
-        self._child(self._ttfb, route).observe(seconds)  # type: ignore[union-attr]
+        self._ttfb.labels(route).observe(seconds)
 
     def stage(self, stage: str, seconds: float) -> None:
-        self._child(self._stage, stage).observe(seconds)  # type: ignore[union-attr]
+        self._stage.labels(stage).observe(seconds)
         stage_span(stage, seconds)
 
     def loop_lag(self, seconds: float) -> None:
