@@ -13,68 +13,38 @@ pass-through routes of ``gateway.openai.routes``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Final
 
 import orjson
 
 from gateway.errors import InvalidRequest
+from gateway.openai.parsed import (
+    CHAT_ROUTE,
+    COMPLETIONS_ROUTE,
+    PROMPT_ROUTES,
+    RESPONSES_ROUTE,
+    Framing,
+    ParsedRequest,
+    Route,
+)
+from kvgate_core.frozen import fast_constructor
 from kvgate_core.tokenize.request_prompt import Endpoint
 
+__all__ = [
+    "CHAT_ROUTE",
+    "COMPLETIONS_ROUTE",
+    "PROMPT_ROUTES",
+    "RESPONSES_ROUTE",
+    "Framing",
+    "ParsedRequest",
+    "Route",
+    "parse_balanced",
+    "parse_request",
+]
+
+_parsed = fast_constructor(ParsedRequest)  # built per request
 _NUMBER_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 _MAX_ID_LENGTH: Final = 256
-
-
-class Framing(Enum):
-    """How a streamed answer ends, and so how the relay tells a finished stream from a broken one."""
-
-    DONE = "done"  # chat and completions: ``data: [DONE]``
-    RESPONSES = "responses"  # the Responses API: a ``response.completed|incomplete|failed`` event, no [DONE]
-    EOF = "eof"  # anything else: the upstream's clean end of the body
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """One OpenAI route as the gateway serves it.
-
-    Attributes:
-        path: the path the request goes to upstream (the client's own path).
-        label: the ``route`` label of the request metrics.
-        endpoint: how its prompt is parsed for cache-aware routing; None: placed by load alone.
-        framing: how its stream ends.
-    """
-
-    path: bytes
-    label: str
-    endpoint: Endpoint | None
-    framing: Framing = Framing.DONE
-
-
-CHAT_ROUTE: Final = Route(b"/v1/chat/completions", "chat", Endpoint.CHAT)
-COMPLETIONS_ROUTE: Final = Route(b"/v1/completions", "completions", Endpoint.COMPLETIONS)
-RESPONSES_ROUTE: Final = Route(b"/v1/responses", "responses", Endpoint.RESPONSES, Framing.RESPONSES)
-PROMPT_ROUTES: Final = {Endpoint.CHAT: CHAT_ROUTE, Endpoint.COMPLETIONS: COMPLETIONS_ROUTE,
-                        Endpoint.RESPONSES: RESPONSES_ROUTE}  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedRequest:
-    """The fields of a request body the gateway acts on, with the whole parsed body.
-
-    ``endpoint`` is None on a load-balanced route (no prompt to hash); ``model`` is then "" when the body
-    named none. ``previous_response_id``: a Responses API request continuing a response stored on the
-    worker that created it (the gateway sends it there).
-    """
-
-    body: Mapping[str, Any]
-    endpoint: Endpoint | None
-    model: str
-    stream: bool
-    max_tokens: int | None
-    session_id: str | None
-    route: Route = CHAT_ROUTE
-    previous_response_id: str | None = None
 
 
 def _fail(message: str, param: str | None) -> InvalidRequest:
@@ -195,7 +165,7 @@ def parse_request(raw: bytes, endpoint: Endpoint, *, max_tokens_limit: int) -> P
     stream = _stream(body)
     _check_types(body)
     user = body.get("user")
-    return ParsedRequest(
+    return _parsed(
         body=body,
         endpoint=endpoint,
         model=model,
@@ -222,7 +192,7 @@ def parse_balanced(raw: bytes, route: Route, *, require_model: bool) -> ParsedRe
         raise _fail("'model' is required and must be a non-empty string", "model")
     stream = body.get("stream") is True
     user = body.get("user")
-    return ParsedRequest(
+    return _parsed(
         body=body, endpoint=None, model=model, stream=stream, max_tokens=None,
         session_id=user if isinstance(user, str) else None, route=route,
     )  # fmt: skip

@@ -24,7 +24,8 @@ from gateway.kvindex.index import KVIndex, PrefixHit
 from gateway.observability.metrics import Metrics
 from gateway.openai.schema import ParsedRequest
 from gateway.routing.decisions import DecisionLog
-from gateway.routing.prefill_watch import PrefillWatch, Ticket
+from gateway.routing.prefill_watch import PrefillWatch
+from gateway.routing.routed import Routed
 from gateway.state.protocols import LoadBoard
 from kvgate_core.frozen import fast_constructor
 from kvgate_core.kvcontract.extra_keys import TENANT_HEADER
@@ -32,32 +33,17 @@ from policies.api import Decision, Need, Observer, Outcome, Policy, RouteRequest
 from policies.builtin.least_load import LeastLoad
 from policies.placement import Placement, placement_of
 
+__all__ = ["Explanation", "Routed", "Router"]
+
 logger = logging.getLogger(__name__)
 _NO_HIT = PrefixHit()
-
-
-@dataclass(frozen=True, slots=True)
-class Routed:
-    """A decision with what the proxy needs: the chosen record and its predicted cached tokens."""
-
-    request: RouteRequest
-    decision: Decision
-    record: WorkerRecord
-    prefix_hit_tokens: int
-    prefill: WorkerRecord | None = None  # PD: the prefill worker (None: the decode worker prefills)
-    best_hit_tokens: int = 0  # the best predicted hit on any worker (closed-loop feedback)
-    balanced: bool = False  # placed by load or pinned, not by the policy: its observer is not told
-    ticket: Ticket | None = None  # its share of the worker's pending prefill (``Router.first_token``)
-
-    @property
-    def prefill_id(self) -> str | None:
-        return self.prefill.id if self.prefill is not None else None
 
 
 # built per request (the views: per worker per request)
 _routed = fast_constructor(Routed)
 _route_request = fast_constructor(RouteRequest)
 _view = fast_constructor(WorkerView)
+_outcome = fast_constructor(Outcome)
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +324,7 @@ class Router:
                 )  # fmt: skip
         if self._observer is not None:
             self._observer.on_finished(
-                Outcome(
+                _outcome(
                     routed.decision, routed.request, ok=ok, cached_tokens=cached_tokens, latency_s=latency_s
                 )
             )

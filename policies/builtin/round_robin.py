@@ -25,9 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kvgate_core.frozen import fast_constructor
 from policies.api import Decision, Need, Outcome, Role, RouteRequest, WorkerId, WorkerView
 from policies.candidates import SERVING_ROLES, candidates
 from policies.plugins import Kind, NoParams, define
+
+_decision = fast_constructor(Decision)  # one per request
 
 
 class RoundRobin:
@@ -43,7 +46,7 @@ class RoundRobin:
     def select(self, req: RouteRequest, workers: Sequence[WorkerView]) -> Decision:
         pool = candidates(workers, self._roles)
         if not pool:
-            return Decision(worker=None, reason="no healthy serving worker")
+            return _decision(worker=None, reason="no healthy serving worker")
         last = self._last
         nxt: WorkerView | None = None
         first = pool[0]
@@ -53,7 +56,7 @@ class RoundRobin:
             if last is not None and w.id > last and (nxt is None or w.id < nxt.id):
                 nxt = w
         chosen = nxt or first
-        return Decision(worker=chosen.id, scores={chosen.id: 1.0}, reason="next in turn")
+        return _decision(worker=chosen.id, scores={chosen.id: 1.0}, reason="next in turn")
 
     def on_routed(self, req: RouteRequest, decision: Decision) -> None:
         if decision.worker is not None:
