@@ -53,6 +53,7 @@ from gateway.settings import RetrySettings, Timeouts, UpstreamLimits
 from gateway.state.protocols import LoadBoard
 from kvgate_core.asgi import Receive, Send
 from kvgate_core.deadline import Deadline, DeadlineWheel
+from kvgate_core.frozen import fast_constructor
 from kvgate_core.h1 import H1Pool, PoolSaturatedError, Target
 from kvgate_core.tokenize.request_prompt import Endpoint
 from kvgate_core.tracing import upstream_span
@@ -60,6 +61,8 @@ from policies.api import RouteRequest
 
 logger = logging.getLogger(__name__)
 _PD_DECODE_HEADER = f"{PD_HEADER}: decode\r\n".encode()
+_result = fast_constructor(Result)  # one per request
+_UNANSWERED = Result(502, ok=False)  # an attempt's result until it has one
 
 
 class Proxy:
@@ -214,7 +217,7 @@ class Proxy:
         # held while waiting for a connection too: the policy sees the waiting requests as load
         hold = Hold.take(self._load, routed.record, tokens)
         start = time.perf_counter()
-        result = Result(502, ok=False)
+        result = _UNANSWERED
         try:
             if parsed.stream:
                 result = await self._relay.relay(
@@ -309,7 +312,7 @@ class Proxy:
         await send_whole(send, status, headers, body)
         usage = usage_of(_json(body)) if want_usage and status == 200 else None
         # No TTFB sample: for a whole answer it equals the latency recorded by ``_attempt``.
-        return Result(status, ok=status == 200, usage=usage)
+        return _result(status, ok=status == 200, usage=usage)
 
 
 def _json(body: bytes) -> object:

@@ -39,6 +39,7 @@ from gateway.routing.router import Routed
 from gateway.settings import Timeouts
 from kvgate_core.asgi import Receive, Send
 from kvgate_core.deadline import Deadline, DeadlineWheel
+from kvgate_core.frozen import fast_constructor
 from kvgate_core.h1 import H1Connection, H1Pool, PoolSaturatedError, Target
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,9 @@ class Result:
     @property
     def prompt_tokens(self) -> int | None:
         return self.usage.prompt_tokens if self.usage is not None else None
+
+
+_result = fast_constructor(Result)  # one per streamed request
 
 
 class StreamRelay:
@@ -196,7 +200,7 @@ class StreamRelay:
             if ended:
                 if not closed:
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
-                return Result(200, ok=True, usage=usage, ttfb_s=ttfb_s)
+                return _result(200, ok=True, usage=usage, ttfb_s=ttfb_s)
             # every engine fronted here ends a good stream with [DONE] (MII 0.3.3 too, ``StreamResults``);
             # TensorRT-LLM drops the connection on an error instead of sending an error event
             end = "[DONE]" if watch is None else "its final event"
