@@ -70,6 +70,9 @@ class RedisLoadConfig:
             bursts spread over 10 ms, four replicas' TTFT p50 is 1.07x one replica's at a 50 ms lag and
             1.02x at 10 ms), and an idle board costs no more than before. An idle board's first change
             wakes it at once.
+        busy_hold_s: how long after the last change it saw (its own, or another replica's at a pull) the
+            board keeps the busy pace: a pull that lands between another replica's pushes finds nothing new,
+            and without the hold it would drop to the idle pace in the middle of that replica's burst.
         key_ttl_s: a replica's figures disappear this long after its last push.
         warn_interval_s: at most one "Redis unreachable" warning per interval.
         discover_interval_s: how often the other replicas' keys are listed again (``SCAN``); in between,
@@ -78,6 +81,7 @@ class RedisLoadConfig:
 
     sync_interval_s: float = 0.05
     busy_sync_interval_s: float = 0.01
+    busy_hold_s: float = 0.05
     key_ttl_s: float = 5.0
     warn_interval_s: float = 30.0
     discover_interval_s: float = 1.0
@@ -115,6 +119,7 @@ class RedisLoadBoard:
         self._wake = asyncio.Event()  # set by an idle board's first change
         self._seen: list[bytes | None] = []  # the other replicas' packed figures at the last pull
         self.busy = False  # sync at ``busy_sync_interval_s``
+        self._busy_until = float("-inf")  # ``busy`` holds until then (``busy_hold_s``)
         self.num_syncs = 0
 
     @property
@@ -239,7 +244,9 @@ class RedisLoadBoard:
             logger.warning("ignoring %d malformed load figure hash(es) of other replicas", bad)
         self._older_readers = any(h and _PACKED not in h for h in hashes)
         seen = [h.get(_PACKED) for h in hashes]
-        self.busy = changed or seen != self._seen
+        if changed or seen != self._seen:
+            self._busy_until = self._clock() + self.config.busy_hold_s
+        self.busy = self._clock() < self._busy_until
         self._seen = seen
         self.num_syncs += 1
         live = [key for key, h in zip(others, hashes, strict=True) if h]  # a gone replica's key reads empty
@@ -253,6 +260,7 @@ class RedisLoadBoard:
     def _mark_down(self, exc: BaseException) -> None:
         self.degraded = True
         self.busy = False
+        self._busy_until = float("-inf")
         self._others = {}
         self._num_others = 0
         self._rank = 0

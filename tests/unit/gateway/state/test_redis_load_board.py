@@ -11,6 +11,7 @@ import pytest
 
 from gateway.state.protocols import WorkerLoad
 from gateway.state.redis import RedisLoadBoard, RedisLoadConfig, open_redis_state
+from gateway.state.redis_client import open_redis
 from policies.placement import Placement
 from tests.support.redis_server import new_redis_server
 from tests.support.waiting import eventually
@@ -228,3 +229,29 @@ async def test_a_board_syncs_at_the_busy_pace_under_traffic_and_at_the_idle_pace
         assert a.num_syncs - before_a >= 10
         assert b.num_syncs - before_b >= 10
         await eventually(lambda: not a.busy and not b.busy, timeout_s=5.0)  # traffic over: idle again
+
+
+async def test_a_pull_that_finds_nothing_new_mid_burst_keeps_the_busy_pace_until_the_hold_ends(
+    redis_url: str,
+) -> None:
+    """Another replica pushes every busy interval; a pull landing between two of its pushes sees no change,
+    and the board stays busy for ``busy_hold_s`` after the last change it saw instead of idling."""
+    now = [100.0]
+    config = RedisLoadConfig(busy_hold_s=0.05, discover_interval_s=0.0)
+    async with open_redis(redis_url) as redis:
+        a = RedisLoadBoard(redis, config=config, clock=lambda: now[0])
+        b = RedisLoadBoard(redis, config=config, clock=lambda: now[0])
+        try:
+            await b.sync_once()
+            a.add_routed("w1", 10)
+            await a.sync_once()
+            await b.sync_once()  # sees a's change
+            assert b.busy
+            now[0] += 0.03
+            await b.sync_once()  # nothing new since: within the hold
+            assert b.busy
+            now[0] += 0.03
+            await b.sync_once()  # nothing new, the hold is over
+            assert not b.busy
+        finally:
+            await redis.delete(a.key, b.key)
