@@ -34,12 +34,16 @@ from typing import Final
 #: inheriting builtin types other than ``Exception``)
 MODULES: Final = (
     "kvgate_core.deadline",
+    "kvgate_core.asgi",
+    "kvgate_core.spans",
     "kvgate_core.h1_connection",
     "kvgate_core.h1",
+    "gateway.proxy.upstream_queue",
     "kvgate_core.h1_server.wire",
     "kvgate_core.h1_server.scope",
     "kvgate_core.h1_server.cycle",
     "kvgate_core.h1_server.protocol",
+    "gateway.state.load",
     "gateway.state.recent",
     "gateway.state.memory",
     "gateway.fleet.breaker",
@@ -52,10 +56,14 @@ MODULES: Final = (
     "gateway.routing.prefill_watch",
     "gateway.routing.router",
     "gateway.proxy.disconnect",
+    "gateway.proxy.passthrough",
+    "gateway.observability.worker_stats",
+    "gateway.engines.affinity",
     "gateway.proxy.responses",
     "gateway.proxy.shaping",
     "gateway.proxy.forward",
     "gateway.api.openai_routes",
+    "policies.candidates",
     "policies.builtin.round_robin",
 )
 GROUP: Final = "kvgate_core.native_lib"  # the shared library's module (mypyc appends ``__mypyc``)

@@ -10,10 +10,7 @@ workers continue the trace. Spans are per request and per stage, never per strea
 
 from __future__ import annotations
 
-import time
 from collections.abc import MutableMapping
-from contextlib import AbstractContextManager, nullcontext
-from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -24,32 +21,18 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from kvgate_core.asgi import ASGIApp, Message, Receive, Scope, Send
+from kvgate_core.spans import active_tracer, stage_span, upstream_span
+
+__all__ = [
+    "TracingMiddleware",
+    "active_tracer",
+    "build_tracer_provider",
+    "inject_headers",
+    "stage_span",
+    "upstream_span",
+]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-
-#: The tracer of the request being served (set by ``TracingMiddleware``; None when tracing is off), so that
-#: deeper layers open child spans without a tracer being threaded through every call.
-active_tracer: ContextVar[Tracer | None] = ContextVar("kvgate_active_tracer", default=None)
-
-
-def stage_span(name: str, seconds: float) -> None:
-    """Record a finished request stage (``kvgate.<name>``) as a child span of the current request."""
-    tracer = active_tracer.get()
-    if tracer is None:
-        return
-    end = time.time_ns()
-    tracer.start_span(f"kvgate.{name}", start_time=end - int(seconds * 1e9)).end(end_time=end)
-
-
-def upstream_span(worker: str) -> AbstractContextManager[object]:
-    """A child span around the upstream call to ``worker`` (a no-op without tracing)."""
-    tracer = active_tracer.get()
-    if tracer is None:
-        return nullcontext()
-    return tracer.start_as_current_span(
-        "kvgate.upstream", kind=SpanKind.CLIENT, attributes={"kvgate.worker": worker}
-    )
-
 
 _SKIP = frozenset({"/health", "/ready", "/metrics"})
 

@@ -17,7 +17,7 @@ from gateway.api.control import AppDeps
 from gateway.api.models import WorkerInfo
 from gateway.fleet.registry import WorkerRecord
 from gateway.kvindex.feedback import PrefixFeedback
-from gateway.observability.worker_stats import WorkerWindow
+from gateway.observability.worker_window import WorkerWindow
 from gateway.routing.decisions import RecentDecision
 
 

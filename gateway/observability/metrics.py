@@ -17,7 +17,7 @@ from gateway.fleet.breaker import BreakerState
 from gateway.fleet.registry import Fleet
 from gateway.observability.series import LabelledCounter, LabelledHistogram
 from gateway.state.protocols import LoadBoard
-from kvgate_core.tracing import stage_span
+from kvgate_core.spans import stage_span
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)

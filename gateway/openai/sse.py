@@ -12,8 +12,10 @@ with a trailing one (TensorRT-LLM's first chunk), ``\\r\\n`` line endings, ``: k
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Any, Final, NamedTuple
+from collections.abc import Callable
+from typing import Any, Final, NamedTuple, cast
 
 import orjson
 
@@ -43,6 +45,13 @@ class TokenUsage(NamedTuple):
 
     prompt_tokens: int | None
     cached_tokens: int | None
+
+
+#: ``TokenUsage`` built in C (``tuple.__new__``): its generated ``__new__`` is an interpreted frame, one per
+#: proxied request
+_token_usage: Final = cast(
+    "Callable[[tuple[int | None, int | None]], TokenUsage]", functools.partial(tuple.__new__, TokenUsage)
+)
 
 
 def usage_in(chunk: bytes) -> TokenUsage | None:
@@ -75,8 +84,8 @@ def usage_of(data: object) -> TokenUsage | None:
     else:
         prompt, details = usage.get("input_tokens"), usage.get("input_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return TokenUsage(
-        prompt if isinstance(prompt, int) else None, cached if isinstance(cached, int) else None
+    return _token_usage(
+        (prompt if isinstance(prompt, int) else None, cached if isinstance(cached, int) else None)
     )
 
 

@@ -55,8 +55,8 @@ from kvgate_core.asgi import Receive, Send
 from kvgate_core.deadline import Deadline, DeadlineWheel
 from kvgate_core.frozen import fast_constructor
 from kvgate_core.h1 import H1Pool, PoolSaturatedError, Target
+from kvgate_core.spans import upstream_span
 from kvgate_core.tokenize.request_prompt import Endpoint
-from kvgate_core.tracing import upstream_span
 from policies.api import RouteRequest
 
 logger = logging.getLogger(__name__)
@@ -247,29 +247,32 @@ class Proxy:
             self._metrics.request(route, result.status, worker, latency_s)
             if result.ttfb_s is not None:
                 self._metrics.ttfb(route, result.ttfb_s)
-            self._record_stats(routed, result, latency_s)
-            if result.cached_tokens and note_cached_tokens(routed.record.facts, result.cached_tokens):
+            # read once: ``Result``'s properties run interpreted, four reads cost more than the rest here
+            usage = result.usage
+            cached, prompt = (usage.cached_tokens, usage.prompt_tokens) if usage is not None else (None, None)
+            self._record_stats(routed, result, latency_s, cached, prompt)
+            if cached and note_cached_tokens(routed.record.facts, cached):
                 logger.info("worker reuses prefixes (it reported cached tokens)", extra={"worker": worker})
-            if result.ok and want_usage and (hint := note_usage(routed.record.facts, result.cached_tokens)):
+            if result.ok and want_usage and (hint := note_usage(routed.record.facts, cached)):
                 logger.warning("worker %s: %s", worker, hint)
             self._router.finished(
-                routed, ok=result.ok, cached_tokens=result.cached_tokens, latency_s=latency_s,
-                prompt_tokens=result.prompt_tokens,
-            )  # fmt: skip
+                routed, ok=result.ok, cached_tokens=cached, latency_s=latency_s, prompt_tokens=prompt
+            )
 
-    def _record_stats(self, routed: Routed, result: Result, latency_s: float) -> None:
+    def _record_stats(
+        self, routed: Routed, result: Result, latency_s: float, cached: int | None, prompt: int | None
+    ) -> None:
         """The attempt in the worker's live window; hit figures only where the feedback loop has them too
-        (a prediction was made, and no PD prefill worker computed the prompt first)."""
+        (a prediction was made, and no PD prefill worker computed the prompt first). ``cached`` and
+        ``prompt``: the worker's usage, None where it reported none."""
         req = routed.request
         # in the engine's tokens where it said (the prediction is in its tokens too)
-        prompt = (
-            (result.prompt_tokens or req.num_prompt_tokens)
-            if req.block_hashes and routed.prefill is None
-            else 0
+        prompt_tokens = (
+            (prompt or req.num_prompt_tokens) if req.block_hashes and routed.prefill is None else 0
         )
         ttft_s = result.ttfb_s if result.ttfb_s is not None else latency_s  # a whole answer: its latency
         self.stats.record(
-            routed.record.id, result.ok, ttft_s, prompt, routed.prefix_hit_tokens, result.cached_tokens
+            routed.record.id, result.ok, ttft_s, prompt_tokens, routed.prefix_hit_tokens, cached
         )
 
     async def _forward(
@@ -304,9 +307,8 @@ class Proxy:
                 WorkerUnavailable(f"worker {worker} answered {status}"), f"status_{status}"
             )
         routed.record.breaker.record_success()
-        headers = proxied_headers(
-            conn.content_type, worker, routed.prefix_hit_tokens, len(body), routed.prefill_id
-        )
+        prefill = routed.prefill.id if routed.prefill is not None else None  # not ``prefill_id``: interpreted
+        headers = proxied_headers(conn.content_type, worker, routed.prefix_hit_tokens, len(body), prefill)
         if on_response_id is not None and status == 200 and (response_id := response_id_of(body)) is not None:
             await on_response_id(response_id)  # before the client can send a follow-up naming it
         await send_whole(send, status, headers, body)

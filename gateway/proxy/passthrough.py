@@ -2,7 +2,7 @@
 
 Only what the worker needs to do the same as the gateway: the tenant (folded into the KV hash root on both
 sides) and the W3C trace context of the gateway's current span, when tracing is on
-(``kvgate_core.tracing.active_tracer``). Client headers are
+(``kvgate_core.spans.active_tracer``). Client headers are
 otherwise not forwarded (no auth keys reach workers).
 """
 
@@ -15,7 +15,7 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from kvgate_core.kvcontract.extra_keys import TENANT_HEADER
-from kvgate_core.tracing import active_tracer
+from kvgate_core.spans import active_tracer
 
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 

@@ -4,9 +4,9 @@ Not aiohttp or httpx: their per-request client machinery dominated the gateway's
 ``kvgate_core.h1`` and ``loadtest/bench_proxy.py``). The pool caps the open connections per worker (the
 proxy passes each worker's cap: ``--upstream-max-connections``, else the worker's advertised running slots)
 and queues the requests above it, bounded (``--upstream-max-waiting``, ``--upstream-queue-timeout-s``).
-``UpstreamQueue`` shows the routing snapshot those waiting requests. The health probes get a pool of their
-own (``open_upstream`` again, wrapped in ``H1Getter``); other control-plane calls (tokenizer, parity, KV
-events) use the separate httpx client in ``Deps``.
+``UpstreamQueue`` (``gateway.proxy.upstream_queue``) shows the routing snapshot those waiting requests.
+The health probes get a pool of their own (``open_upstream`` again, wrapped in ``H1Getter``); other
+control-plane calls (tokenizer, parity, KV events) use the separate httpx client in ``Deps``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from gateway.proxy.upstream_queue import UpstreamQueue
 from gateway.settings import Timeouts, UpstreamLimits
-from kvgate_core.h1 import H1Pool, Target
+from kvgate_core.h1 import H1Pool
+
+__all__ = ["UpstreamQueue", "open_upstream"]
 
 
 @asynccontextmanager
@@ -37,22 +40,3 @@ async def open_upstream(*, timeouts: Timeouts, limits: UpstreamLimits | None = N
         yield pool
     finally:
         pool.close()
-
-
-class UpstreamQueue:
-    """``queue(worker_url)``: the requests waiting in ``pool`` for a connection to that worker (the routing
-    snapshot adds them to the worker's queue depth); 0 at once while nothing waits anywhere."""
-
-    __slots__ = ("_pool", "_targets")
-
-    def __init__(self, pool: H1Pool) -> None:
-        self._pool = pool
-        self._targets: dict[str, Target] = {}
-
-    def __call__(self, url: str) -> int:
-        if not self._pool.num_waiting:
-            return 0
-        target = self._targets.get(url)
-        if target is None:
-            target = self._targets[url] = Target.parse(url)
-        return self._pool.waiting(target)

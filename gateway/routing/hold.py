@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gateway.fleet.registry import WorkerRecord
 from gateway.state.protocols import LoadBoard
 
 
-@dataclass(slots=True)
 class Hold:
     """One attempt's share of a worker's in-flight accounting; ``take`` acquires it, ``end`` releases it once.
 
@@ -16,10 +13,15 @@ class Hold:
     finished request as load) and again in a ``finally``, which then does nothing.
     """
 
-    load: LoadBoard
-    record: WorkerRecord
-    tokens: int
-    held: bool = True
+    # a plain class, not a dataclass: compiled (``kvgate_core.native``), one is built per attempt in C, where
+    # a dataclass's generated ``__init__`` would run interpreted
+    __slots__ = ("held", "load", "record", "tokens")
+
+    def __init__(self, load: LoadBoard, record: WorkerRecord, tokens: int, held: bool = True) -> None:
+        self.load = load
+        self.record = record
+        self.tokens = tokens
+        self.held = held
 
     @classmethod
     def take(cls, load: LoadBoard, record: WorkerRecord, tokens: int) -> Hold:

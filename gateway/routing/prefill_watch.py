@@ -19,17 +19,35 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
-@dataclass(slots=True)
 class Ticket:
     """One request's share: ``prefill`` (its uncached prompt) pending until its first token, ``tokens``
     (prefill + completion budget) in flight until it ends."""
 
-    worker: str
-    prefill: int
-    tokens: int
-    opened_at: float
-    pending: bool = True
-    open: bool = True
+    # a plain class, not a dataclass: compiled (``kvgate_core.native``), one is built per request in C, where
+    # a dataclass's generated ``__init__`` would run interpreted
+    __slots__ = ("open", "opened_at", "pending", "prefill", "tokens", "worker")
+
+    def __init__(
+        self,
+        worker: str,
+        prefill: int,
+        tokens: int,
+        opened_at: float,
+        pending: bool = True,
+        open: bool = True,
+    ) -> None:
+        self.worker = worker
+        self.prefill = prefill
+        self.tokens = tokens
+        self.opened_at = opened_at
+        self.pending = pending
+        self.open = open
+
+    def __repr__(self) -> str:
+        return (
+            f"Ticket(worker={self.worker!r}, prefill={self.prefill}, tokens={self.tokens}, "
+            f"opened_at={self.opened_at}, pending={self.pending}, open={self.open})"
+        )
 
 
 @dataclass(slots=True)

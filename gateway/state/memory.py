@@ -7,10 +7,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from gateway.state.protocols import WorkerLoad
 from gateway.state.recent import RecentConfig, RecentSums
-from kvgate_core.frozen import fast_constructor
 from policies.placement import Placement
 
-_load = fast_constructor(WorkerLoad)  # built per worker per routing decision
+_load = WorkerLoad  # built per worker per routing decision: a compiled class (``gateway.state.load``)
 
 
 class MemoryLoadBoard:

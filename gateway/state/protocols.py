@@ -11,30 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from gateway.state.load import WorkerLoad
 from policies.placement import Placement
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-
-@dataclass(frozen=True, slots=True)
-class WorkerLoad:
-    """In-flight work the gateway(s) sent a worker and have not seen finish, and what they routed lately.
-
-    ``recent_tokens`` / ``recent_requests`` / ``recent_cached_tokens``: the prompt + completion-budget tokens
-    (the requests; the prompt tokens predicted cached there) every replica routed to the worker,
-    exponentially decayed (``gateway.state.recent``; a replica that leaves takes its share with it).
-    ``recent_streams`` / ``recent_follow_ups``: of those requests, the ones that started a new stream there
-    and the ones that followed one there (``policies.placement``), decayed the same way.
-    """
-
-    inflight_requests: int = 0
-    inflight_tokens: int = 0
-    recent_tokens: float = 0.0
-    recent_requests: float = 0.0
-    recent_cached_tokens: float = 0.0
-    recent_streams: float = 0.0
-    recent_follow_ups: float = 0.0
+__all__ = ["LoadBoard", "State", "WorkerLoad"]
 
 
 class LoadBoard(Protocol):

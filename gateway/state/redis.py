@@ -37,7 +37,6 @@ import orjson
 from gateway.state.protocols import State, WorkerLoad
 from gateway.state.recent import RecentConfig, RecentSums, decayed
 from gateway.state.redis_client import RedisClientSettings, open_redis
-from kvgate_core.frozen import fast_constructor
 from policies.placement import Placement
 
 if TYPE_CHECKING:
@@ -54,7 +53,7 @@ _RECENT_FIELDS: Final = ("s", "q", "c", "n", "f")  # field kinds of the recent s
 _LETTERS: Final = "rt" + "".join(_RECENT_FIELDS)  # a worker's figures in ``v``, in this order
 _SLOT_OF: Final = {kind: i for i, kind in enumerate(_LETTERS)}
 _NO_SUMS: Final = (0.0,) * len(_RECENT_FIELDS)  # a row's recent sums before any request (r and t stay ints)
-_load = fast_constructor(WorkerLoad)  # built per worker per routing decision
+_load = WorkerLoad  # built per worker per routing decision: a compiled class (``gateway.state.load``)
 
 
 @dataclass(frozen=True, slots=True)

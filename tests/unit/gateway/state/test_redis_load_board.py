@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -58,7 +57,7 @@ async def test_replicas_see_the_same_recent_routed_load(redis_url: str) -> None:
         together = one.load.loads(["w2", "none", "w1"])
         alone = [one.load.get("w2"), WorkerLoad(), one.load.get("w1")]
         for a, b in zip(together, alone, strict=True):
-            assert dataclasses.astuple(a) == pytest.approx(dataclasses.astuple(b), rel=1e-6)
+            assert a.astuple() == pytest.approx(b.astuple(), rel=1e-6)
 
 
 async def test_a_closed_replica_no_longer_counts(redis_url: str) -> None:
