@@ -52,6 +52,7 @@ MODULES: Final = (
     "gateway.observability.metrics",
     "gateway.openai.schema",
     "gateway.openai.sse",
+    "gateway.routing.decision_log",
     "gateway.routing.hold",
     "gateway.routing.prefill_watch",
     "gateway.routing.router",

@@ -38,8 +38,11 @@ if TYPE_CHECKING:
 
 def deps_of(scope: MutableMapping[str, Any]) -> Deps:
     """The app's ``Deps`` (set by the lifespan)."""
-    deps: Deps = scope["app"].state.deps
-    return deps
+    state = scope["app"].state
+    # starlette's ``State`` keeps its attributes in the dict ``_state`` and reads them in an interpreted
+    # ``__getattr__``; read the dict, and the attribute only where it holds none (its usual error then)
+    deps: Deps | None = state._state.get("deps")
+    return deps if deps is not None else state.deps
 
 
 def _check_headers(headers: dict[str, str], limit: int) -> None:

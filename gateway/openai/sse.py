@@ -89,6 +89,45 @@ def usage_of(data: object) -> TokenUsage | None:
     )
 
 
+def usage_in_answer(body: bytes) -> TokenUsage | None:
+    """``usage_of`` a whole (non-streamed) JSON answer, parsing only its ``usage`` object where it can.
+
+    Engines write ``usage`` at or near the end of the answer and only once at the top level; a key inside a
+    string value is escaped (``\\"usage\\"``), so the last ``"usage"`` in the bytes is the answer's own. Its
+    object is cut out by brace counting and parsed alone; anything unexpected there (a brace inside a
+    string, a malformed slice, a non-object value other than ``null``) falls back to parsing the whole
+    answer. The cost no longer grows with the completion's length.
+    """
+    at = body.rfind(_USAGE_KEY)
+    if at < 0:
+        return None
+    value = body[at + len(_USAGE_KEY) : at + len(_USAGE_KEY) + 8].lstrip()  # ``:`` and any spacing
+    if value.startswith(b":"):
+        value = value[1:].lstrip()
+        if value.startswith(b"null"):
+            return None
+        start = body.find(b"{", at)
+        if value.startswith(b"{") and start > 0:
+            end, depth = start, 0
+            while True:  # to the brace that closes the object (``usage`` holds one or two nested objects)
+                close = body.find(b"}", end)
+                opened = body.find(b"{", end)
+                if close < 0:
+                    break
+                if 0 <= opened < close:
+                    depth += 1
+                    end = opened + 1
+                    continue
+                depth -= 1
+                end = close + 1
+                if depth == 0:
+                    usage = _loads(body[start:end])
+                    if isinstance(usage, dict):
+                        return usage_of({"usage": usage})
+                    break
+    return usage_of(_loads(body))
+
+
 def _has_usage(data: bytes) -> bool:
     """An object under ``usage`` (not the ``"usage": null`` some engines put on every chunk)."""
     return b'"usage":{' in data or b'"usage": {' in data

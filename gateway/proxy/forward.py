@@ -20,8 +20,6 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-import orjson
-
 from gateway.engines.affinity import note_cached_tokens, note_usage
 from gateway.errors import (
     NoHealthyWorker,
@@ -36,7 +34,7 @@ from gateway.observability.metrics import Metrics
 from gateway.observability.worker_stats import WorkerStats
 from gateway.openai.responses_sse import response_id_of
 from gateway.openai.schema import Framing, ParsedRequest
-from gateway.openai.sse import usage_of
+from gateway.openai.sse import usage_in_answer
 from gateway.proxy.direct import DirectForwarder
 from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure, Shed, backoff_s, shed_from
@@ -312,13 +310,6 @@ class Proxy:
         if on_response_id is not None and status == 200 and (response_id := response_id_of(body)) is not None:
             await on_response_id(response_id)  # before the client can send a follow-up naming it
         await send_whole(send, status, headers, body)
-        usage = usage_of(_json(body)) if want_usage and status == 200 else None
+        usage = usage_in_answer(body) if want_usage and status == 200 else None
         # No TTFB sample: for a whole answer it equals the latency recorded by ``_attempt``.
         return _result(status, ok=status == 200, usage=usage)
-
-
-def _json(body: bytes) -> object:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None

@@ -1,21 +1,18 @@
-"""The last routing decisions, for the admin page: what was asked, whom the policy chose and why, and how
-the best candidates scored.
+"""The last routing decisions as the admin page shows them: what was asked, whom the policy chose and why,
+and how the best candidates scored.
 
-``Router.route`` appends each decision with the snapshot it was made on (one tuple into a bounded deque:
-O(1), nothing formatted). ``recent`` formats them only when the page asks.
+``DecisionLog`` (``gateway.routing.decision_log``, compiled with the request path) keeps them unformatted;
+these interpreted dataclasses are the page's response model (pydantic reads their annotations).
 """
 
 from __future__ import annotations
 
-import time
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from policies.api import Decision, RouteRequest, WorkerView
 
 # (monotonic time, request, decision, snapshot, prefill worker actually used)
-_Entry = tuple[float, RouteRequest, Decision, tuple[WorkerView, ...], str | None]
+Entry = tuple[float, RouteRequest, Decision, tuple[WorkerView, ...], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,39 +41,8 @@ class RecentDecision:
     candidates: tuple[Candidate, ...]
 
 
-class DecisionLog:
-    """The last ``size`` decisions, newest last."""
-
-    __slots__ = ("_clock", "_entries")
-
-    def __init__(self, size: int = 50, clock: Callable[[], float] = time.monotonic) -> None:
-        if size <= 0:
-            raise ValueError("size must be positive")
-        self._entries: deque[_Entry] = deque(maxlen=size)
-        self._clock = clock
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def add(
-        self,
-        req: RouteRequest,
-        decision: Decision,
-        views: tuple[WorkerView, ...],
-        prefill_worker: str | None = None,
-    ) -> None:
-        """Keep one decision (``prefill_worker``: the PD prefill worker used, if any)."""
-        self._entries.append((self._clock(), req, decision, views, prefill_worker))
-
-    def recent(self, block_size: int, *, limit: int | None = None, top: int = 4) -> list[RecentDecision]:
-        """The newest ``limit`` decisions (all kept by default), newest first, each with at most ``top``
-        candidates: the chosen worker, then the others by score (prefix hit, then id, on ties)."""
-        now = self._clock()
-        entries = list(self._entries)[::-1][:limit]
-        return [_format(entry, now, block_size, top) for entry in entries]
-
-
-def _format(entry: _Entry, now: float, block_size: int, top: int) -> RecentDecision:
+def format_entry(entry: Entry, now: float, block_size: int, top: int) -> RecentDecision:
+    """A decision ``DecisionLog`` kept, as the admin page shows it (at most ``top`` candidates)."""
     at, req, decision, views, prefill = entry
     scores = decision.scores
 

@@ -9,8 +9,6 @@ from gateway.state.protocols import WorkerLoad
 from gateway.state.recent import RecentConfig, RecentSums
 from policies.placement import Placement
 
-_load = WorkerLoad  # built per worker per routing decision: a compiled class (``gateway.state.load``)
-
 
 class MemoryLoadBoard:
     """In-flight requests and tokens and recent routed work per worker, in dicts (event-loop confined).
@@ -53,8 +51,21 @@ class MemoryLoadBoard:
     def loads(self, workers: Sequence[str]) -> list[WorkerLoad]:
         recent = self._recent
         scale = recent.scale(recent.now())
-        requests, tokens, scaled = self._requests.get, self._tokens.get, recent.scaled
-        return [_load(requests(w, 0), tokens(w, 0), *scaled(w, scale)) for w in workers]
+        out = []
+        for w in workers:  # compiled code calls these methods and the constructor directly
+            tokens, requests, cached, streams, follow_ups = recent.scaled(w, scale)
+            out.append(
+                WorkerLoad(
+                    self._requests.get(w, 0),
+                    self._tokens.get(w, 0),
+                    tokens,
+                    requests,
+                    cached,
+                    streams,
+                    follow_ups,
+                )
+            )
+        return out
 
     def snapshot(self) -> Mapping[str, WorkerLoad]:
         return {w: self.get(w) for w in self._requests}

@@ -53,7 +53,6 @@ _RECENT_FIELDS: Final = ("s", "q", "c", "n", "f")  # field kinds of the recent s
 _LETTERS: Final = "rt" + "".join(_RECENT_FIELDS)  # a worker's figures in ``v``, in this order
 _SLOT_OF: Final = {kind: i for i, kind in enumerate(_LETTERS)}
 _NO_SUMS: Final = (0.0,) * len(_RECENT_FIELDS)  # a row's recent sums before any request (r and t stay ints)
-_load = WorkerLoad  # built per worker per routing decision: a compiled class (``gateway.state.load``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,12 +164,11 @@ class RedisLoadBoard:
         now = recent.now()
         mine_scale = recent.scale(now)
         their_scale = decayed(1.0, self._pulled_at, now, recent.half_life_s)
-        own, others, scaled = self._own.get, self._others.get, recent.scaled
         out = []
-        for worker in workers:
-            inflight, inflight_tokens = own(worker) or (0, 0)
-            tokens, requests, cached, streams, follow_ups = scaled(worker, mine_scale)
-            other = others(worker)
+        for worker in workers:  # compiled code calls these methods and the constructor directly
+            inflight, inflight_tokens = self._own.get(worker) or (0, 0)
+            tokens, requests, cached, streams, follow_ups = recent.scaled(worker, mine_scale)
+            other = self._others.get(worker)
             if other is not None:
                 inflight += other.inflight_requests
                 inflight_tokens += other.inflight_tokens
@@ -179,7 +177,7 @@ class RedisLoadBoard:
                 cached += other.recent_cached_tokens * their_scale
                 streams += other.recent_streams * their_scale
                 follow_ups += other.recent_follow_ups * their_scale
-            out.append(_load(inflight, inflight_tokens, tokens, requests, cached, streams, follow_ups))
+            out.append(WorkerLoad(inflight, inflight_tokens, tokens, requests, cached, streams, follow_ups))
         return out
 
     def snapshot(self) -> Mapping[str, WorkerLoad]:

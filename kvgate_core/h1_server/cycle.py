@@ -220,15 +220,21 @@ class RequestCycle:
         lines: list[bytes] = []
         app_close = False
         for name, value in headers:
-            lname = name.lower()
-            if lname == b"content-length":
-                self._length = int(value)
-                self._mode = _LENGTH
-            elif lname == b"transfer-encoding":
-                self._mode = _CHUNKED
-            elif lname == b"connection" and value.lower() == b"close":
-                app_close = True
-            lines += (name, b": ", value, b"\r\n")
+            size = len(name)
+            # only a name of a framing header's length is lowered and compared (``lower`` is a method call)
+            if size == 14 or size == 17 or size == 10:
+                lname = name.lower()
+                if lname == b"content-length":
+                    self._length = int(value)
+                    self._mode = _LENGTH
+                elif lname == b"transfer-encoding":
+                    self._mode = _CHUNKED
+                elif lname == b"connection" and value.lower() == b"close":
+                    app_close = True
+            lines.append(name)
+            lines.append(b": ")
+            lines.append(value)
+            lines.append(b"\r\n")
         block = b"".join(lines)
         # each line has one CR and one LF, its end: none in a name or value (counted once, not per header:
         # ``b"\r" in value`` is slow on bytes, it tries the value as an int first)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.routing.decisions import DecisionLog
+from gateway.routing.decision_log import DecisionLog
 from policies.api import Decision, Role, RouteRequest, WorkerId, WorkerView
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -22,6 +23,7 @@ from gateway.state.memory import MemoryLoadBoard
 from kvgate_core.kvcontract.events import KVEvent
 from kvgate_core.tokenize.request_prompt import Endpoint
 from policies.api import Decision, Need, Outcome, RouteRequest, WorkerId, WorkerView
+from policies.placement import Placement
 
 BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":7,"user":"u1"}'
 
@@ -398,3 +400,29 @@ def test_the_policy_sees_which_in_flight_prompts_still_wait_for_their_first_toke
     load.release("w0", 47)
     router.finished(second, ok=True, cached_tokens=0, latency_s=0.1)
     assert router.explain(router.prepare(_parsed(), {})).views[0].prefill_tokens == 0
+
+
+def test_every_view_field_carries_its_own_figure() -> None:
+    """The snapshot builds views positionally: each field must get its own figure, none a neighbour's."""
+    policy = FakePolicy(needs=frozenset({Need.BLOCK_HASHES, Need.PREFIX_HITS}))
+    fleet = _fleet("m")
+    record = fleet.get("w0")
+    assert record is not None
+    record.queue_depth, record.kv_usage = 5, 0.375
+    load = MemoryLoadBoard(clock=lambda: 1_000.0)
+    load.acquire("w0", 300)
+    load.acquire("w0", 300)
+    load.add_routed("w0", 64, cached_tokens=16, placement=Placement.NEW_STREAM)
+    load.add_routed("w0", 64, placement=Placement.FOLLOW_UP)
+    load.add_routed("w0", 64, placement=Placement.FOLLOW_UP)
+    index = FakeIndex(hits={"w0": PrefixHit(gpu_blocks=3, tier_blocks=2)})
+    router = Router(fleet=fleet, load=load, policy=policy, analyzer=cast(PromptAnalyzer, FakeAnalyzer()),
+                    kv_index=index, block_size=16, metrics=Metrics(), upstream_queue=lambda url: 7)  # fmt: skip
+    (view,) = router.explain(router.prepare(_parsed(), {})).views
+    expected = WorkerView(
+        id=WorkerId("w0"), role=record.role, healthy=True, inflight_requests=2, inflight_tokens=600,
+        queue_depth=12, kv_usage=0.375, gpu_hit_blocks=3, tier_hit_blocks=2, recent_tokens=192.0,
+        recent_requests=3.0, recent_cached_tokens=16.0, recent_streams=1.0, recent_follow_ups=2.0,
+        prefill_tokens=None,
+    )  # fmt: skip
+    assert dataclasses.astuple(view) == pytest.approx(dataclasses.astuple(expected))

@@ -243,3 +243,33 @@ async def test_a_large_body_for_a_slow_app_arrives_whole() -> None:
         (resp,) = await client.responses()
         assert resp.body == str(len(body)).encode()
         client.close()
+
+
+async def test_an_apps_framing_headers_count_in_any_case() -> None:
+    """The server frames by the app's Content-Length / Transfer-Encoding / Connection, however spelt."""
+
+    async def cased(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        await _read_body(receive)
+        if scope["path"] == "/chunked":
+            headers = [(b"Transfer-Encoding", b"chunked"), (b"X-Long-Header-Name", b"v")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": b"ab", "more_body": True})
+            await send({"type": "http.response.body", "body": b"cd", "more_body": False})
+            return
+        headers = [(b"Content-Length", b"4"), (b"CONNECTION", b"Close")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"done"})
+
+    async with running(cased) as (_, port):
+        client = await Client.connect(port)
+        await client.send(request(path="/chunked"))
+        (resp,) = await client.responses()
+        assert resp.body == b"abcd" and resp.headers["transfer-encoding"] == "chunked"
+        assert "content-length" not in resp.headers
+        await client.send(request(path="/length"))
+        (resp,) = await client.responses()
+        assert resp.body == b"done" and resp.headers["content-length"] == "4"
+        assert await client.closed_by_server()  # the app's Connection: close ends the connection
+        client.close()
