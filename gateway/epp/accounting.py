@@ -9,7 +9,6 @@ retry down a fallback list), the hold moves there.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -76,7 +75,7 @@ class InFlight:
         self._hold.end(answered=False)
         self._hold = Hold.take(self._load, record, self._hold.tokens)
         # no prefix prediction was made for that worker: the feedback loop must not count it as a miss
-        self._routed = dataclasses.replace(self._routed, record=record, prefix_hit_tokens=0, balanced=True)
+        self._routed = self._routed.moved_to(record)
 
     def finish(self, status: int | None, usage: TokenUsage | None = None) -> None:
         """The request ended: ``status`` the response status (None: cancelled or never answered),

@@ -1,17 +1,15 @@
-"""The values a parsed OpenAI request travels as: its ``Route`` (how it is placed, where it goes upstream, how
-its stream ends) and the ``ParsedRequest`` ``gateway.openai.schema`` builds from its body.
+"""How a parsed OpenAI request travels: its ``Route`` (how it is placed, where it goes upstream, how its
+stream ends). ``gateway.openai.schema`` builds the ``ParsedRequest`` that carries it.
 
-Kept apart from the parser because the parser is compiled (``kvgate_core.native``) and a frozen dataclass
-defined in a compiled module is built through its interpreted ``__init__``; here ``fast_constructor`` can
-build a ``ParsedRequest`` per request cheaply.
+Kept apart from the parser, interpreted: the routes are a handful of constants built at import, and an enum
+and frozen dataclasses are what the rest of the gateway compares and prints them as.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Final
+from typing import Final
 
 from kvgate_core.tokenize.request_prompt import Endpoint
 
@@ -46,22 +44,3 @@ COMPLETIONS_ROUTE: Final = Route(b"/v1/completions", "completions", Endpoint.COM
 RESPONSES_ROUTE: Final = Route(b"/v1/responses", "responses", Endpoint.RESPONSES, Framing.RESPONSES)
 PROMPT_ROUTES: Final = {Endpoint.CHAT: CHAT_ROUTE, Endpoint.COMPLETIONS: COMPLETIONS_ROUTE,
                         Endpoint.RESPONSES: RESPONSES_ROUTE}  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedRequest:
-    """The fields of a request body the gateway acts on, with the whole parsed body.
-
-    ``endpoint`` is None on a load-balanced route (no prompt to hash); ``model`` is then "" when the body
-    named none. ``previous_response_id``: a Responses API request continuing a response stored on the
-    worker that created it (the gateway sends it there).
-    """
-
-    body: Mapping[str, Any]
-    endpoint: Endpoint | None
-    model: str
-    stream: bool
-    max_tokens: int | None
-    session_id: str | None
-    route: Route = CHAT_ROUTE
-    previous_response_id: str | None = None

@@ -24,10 +24,8 @@ from gateway.openai.parsed import (
     PROMPT_ROUTES,
     RESPONSES_ROUTE,
     Framing,
-    ParsedRequest,
     Route,
 )
-from kvgate_core.frozen import fast_constructor
 from kvgate_core.tokenize.request_prompt import Endpoint
 
 __all__ = [
@@ -42,7 +40,48 @@ __all__ = [
     "parse_request",
 ]
 
-_parsed = fast_constructor(ParsedRequest)  # built per request
+
+class ParsedRequest:
+    """The fields of a request body the gateway acts on, with the whole parsed body.
+
+    ``endpoint`` is None on a load-balanced route (no prompt to hash); ``model`` is then "" when the body
+    named none. ``previous_response_id``: a Responses API request continuing a response stored on the
+    worker that created it (the gateway sends it there). A plain class compiled with the parser, its fields
+    ``Final``: built once and read a dozen times per request, from C (``kvgate_core.native``).
+    """
+
+    __slots__ = (
+        "body", "endpoint", "max_tokens", "model", "previous_response_id", "route", "session_id", "stream",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        body: Mapping[str, Any],
+        endpoint: Endpoint | None,
+        model: str,
+        stream: bool,
+        max_tokens: int | None,
+        session_id: str | None,
+        route: Route = CHAT_ROUTE,
+        previous_response_id: str | None = None,
+    ) -> None:
+        self.body: Final = body
+        self.endpoint: Final = endpoint
+        self.model: Final = model
+        self.stream: Final = stream
+        self.max_tokens: Final = max_tokens
+        self.session_id: Final = session_id
+        self.route: Final = route
+        self.previous_response_id: Final = previous_response_id
+
+    def __repr__(self) -> str:
+        return (
+            f"ParsedRequest(route={self.route.label!r}, model={self.model!r}, stream={self.stream}, "
+            f"max_tokens={self.max_tokens}, session_id={self.session_id!r}, "
+            f"previous_response_id={self.previous_response_id!r})"
+        )
+
+
 _NUMBER_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 _MAX_ID_LENGTH: Final = 256
 
@@ -165,7 +204,7 @@ def parse_request(raw: bytes, endpoint: Endpoint, *, max_tokens_limit: int) -> P
     stream = _stream(body)
     _check_types(body)
     user = body.get("user")
-    return _parsed(
+    return ParsedRequest(
         body=body,
         endpoint=endpoint,
         model=model,
@@ -192,7 +231,7 @@ def parse_balanced(raw: bytes, route: Route, *, require_model: bool) -> ParsedRe
         raise _fail("'model' is required and must be a non-empty string", "model")
     stream = body.get("stream") is True
     user = body.get("user")
-    return _parsed(
+    return ParsedRequest(
         body=body, endpoint=None, model=model, stream=stream, max_tokens=None,
         session_id=user if isinstance(user, str) else None, route=route,
     )  # fmt: skip

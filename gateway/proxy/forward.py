@@ -14,7 +14,6 @@ Each finished attempt is also counted in the worker's live window (``observabili
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import random
 import time
@@ -40,10 +39,11 @@ from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure, Shed, backoff_s, shed_from
 from gateway.proxy.passthrough import upstream_headers
 from gateway.proxy.responses import proxied_headers, send_whole
+from gateway.proxy.result import Result
 from gateway.proxy.shaping import shape
 from gateway.proxy.shed import ShedLog
 from gateway.proxy.sticky import ResponseAffinity
-from gateway.proxy.stream import CLIENT_GONE, OnResponseId, Result, StreamRelay
+from gateway.proxy.stream import CLIENT_GONE, OnResponseId, StreamRelay
 from gateway.routing.hold import Hold
 from gateway.routing.pd import PD_HEADER, PrefillRunner, prefill_body
 from gateway.routing.router import Routed, Router
@@ -51,7 +51,6 @@ from gateway.settings import RetrySettings, Timeouts, UpstreamLimits
 from gateway.state.protocols import LoadBoard
 from kvgate_core.asgi import Receive, Send
 from kvgate_core.deadline import Deadline, DeadlineWheel
-from kvgate_core.frozen import fast_constructor
 from kvgate_core.h1 import H1Pool, PoolSaturatedError, Target
 from kvgate_core.spans import upstream_span
 from kvgate_core.tokenize.request_prompt import Endpoint
@@ -59,7 +58,6 @@ from policies.api import RouteRequest
 
 logger = logging.getLogger(__name__)
 _PD_DECODE_HEADER = f"{PD_HEADER}: decode\r\n".encode()
-_result = fast_constructor(Result)  # one per request
 _UNANSWERED = Result(502, ok=False)  # an attempt's result until it has one
 
 
@@ -182,7 +180,7 @@ class Proxy:
         body, tokens = prefill_body(parsed.body), routed.request.num_prompt_tokens
         outcome = await self._prefill.run(routed.prefill, parsed.route.path.decode(), body, tokens)
         self._metrics.stage("pd_prefill", outcome.seconds)
-        return routed if outcome.ok else dataclasses.replace(routed, prefill=None)
+        return routed if outcome.ok else routed.without_prefill()
 
     async def _attempt(
         self, routed: Routed, parsed: ParsedRequest, raw: bytes, receive: Receive, send: Send
@@ -312,4 +310,4 @@ class Proxy:
         await send_whole(send, status, headers, body)
         usage = usage_in_answer(body) if want_usage and status == 200 else None
         # No TTFB sample: for a whole answer it equals the latency recorded by ``_attempt``.
-        return _result(status, ok=status == 200, usage=usage)
+        return Result(status, ok=status == 200, usage=usage)

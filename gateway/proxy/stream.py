@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.errors import WorkerTimeout, WorkerUnavailable
@@ -34,12 +33,12 @@ from gateway.openai.sse import TokenUsage, UsageChunkFilter, ends_stream, error_
 from gateway.proxy.disconnect import cancel_on_disconnect
 from gateway.proxy.failover import RetryableFailure, shed_from
 from gateway.proxy.responses import SSE_TYPE, proxied_headers, send_whole
+from gateway.proxy.result import Result
 from gateway.proxy.shaping import Shaped
 from gateway.routing.router import Routed
 from gateway.settings import Timeouts
 from kvgate_core.asgi import Receive, Send
 from kvgate_core.deadline import Deadline, DeadlineWheel
-from kvgate_core.frozen import fast_constructor
 from kvgate_core.h1 import H1Connection, H1Pool, PoolSaturatedError, Target
 
 logger = logging.getLogger(__name__)
@@ -61,25 +60,7 @@ class OnAnswered(Protocol):
     def __call__(self, *, answered: bool) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Result:
-    """How one attempt ended: status sent, whether it completed, the usage seen, seconds to first byte."""
-
-    status: int
-    ok: bool
-    usage: TokenUsage | None = None
-    ttfb_s: float | None = None
-
-    @property
-    def cached_tokens(self) -> int | None:
-        return self.usage.cached_tokens if self.usage is not None else None
-
-    @property
-    def prompt_tokens(self) -> int | None:
-        return self.usage.prompt_tokens if self.usage is not None else None
-
-
-_result = fast_constructor(Result)  # one per streamed request
+_result = Result  # one per streamed request: a compiled class (``gateway.proxy.result``)
 
 
 class StreamRelay:

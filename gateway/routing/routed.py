@@ -1,32 +1,76 @@
 """``Routed``: a routing decision with what the proxy needs to carry it out.
 
-Kept apart from the router because the router is compiled (``kvgate_core.native``) and a frozen dataclass
-defined in a compiled module is built through its interpreted ``__init__``; here ``fast_constructor`` can
-build one per request cheaply.
+A plain class compiled with the request path (``kvgate_core.native``), not a frozen dataclass: the proxy
+reads its fields a dozen times per request, and compiled code reads a compiled class's fields from its
+struct where an interpreted dataclass costs a generic attribute lookup each. Its fields are ``Final`` (mypy
+rejects a write); ``without_prefill`` and ``moved_to`` stand for the copies ``dataclasses.replace`` made.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Final
 
 from gateway.fleet.registry import WorkerRecord
 from gateway.routing.prefill_watch import Ticket
 from policies.api import Decision, RouteRequest
 
 
-@dataclass(frozen=True, slots=True)
 class Routed:
-    """A decision with what the proxy needs: the chosen record and its predicted cached tokens."""
+    """A decision with what the proxy needs: the chosen record and its predicted cached tokens.
 
-    request: RouteRequest
-    decision: Decision
-    record: WorkerRecord
-    prefix_hit_tokens: int
-    prefill: WorkerRecord | None = None  # PD: the prefill worker (None: the decode worker prefills)
-    best_hit_tokens: int = 0  # the best predicted hit on any worker (closed-loop feedback)
-    balanced: bool = False  # placed by load or pinned, not by the policy: its observer is not told
-    ticket: Ticket | None = None  # its share of the worker's pending prefill (``Router.first_token``)
+    Attributes:
+        request, decision: what was routed and the policy's answer.
+        record: the chosen worker; ``prefix_hit_tokens``: the prompt tokens predicted cached there.
+        prefill: PD: the prefill worker (None: the decode worker prefills).
+        best_hit_tokens: the best predicted hit on any worker (closed-loop feedback).
+        balanced: placed by load or pinned, not by the policy: its observer is not told.
+        ticket: its share of the worker's pending prefill (``Router.first_token``).
+    """
+
+    __slots__ = (
+        "balanced", "best_hit_tokens", "decision", "prefill", "prefix_hit_tokens", "record", "request",
+        "ticket",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        request: RouteRequest,
+        decision: Decision,
+        record: WorkerRecord,
+        prefix_hit_tokens: int,
+        prefill: WorkerRecord | None = None,
+        best_hit_tokens: int = 0,
+        balanced: bool = False,
+        ticket: Ticket | None = None,
+    ) -> None:
+        self.request: Final = request
+        self.decision: Final = decision
+        self.record: Final = record
+        self.prefix_hit_tokens: Final = prefix_hit_tokens
+        self.prefill: Final = prefill
+        self.best_hit_tokens: Final = best_hit_tokens
+        self.balanced: Final = balanced
+        self.ticket: Final = ticket
 
     @property
     def prefill_id(self) -> str | None:
         return self.prefill.id if self.prefill is not None else None
+
+    def without_prefill(self) -> Routed:
+        """The same decision served by its decode worker alone (a PD prefill failed)."""
+        return Routed(
+            self.request, self.decision, self.record, self.prefix_hit_tokens, None, self.best_hit_tokens,
+            self.balanced, self.ticket,
+        )  # fmt: skip
+
+    def moved_to(self, record: WorkerRecord) -> Routed:
+        """The request served by ``record`` instead, placed there by load (no predicted hit)."""
+        return Routed(
+            self.request, self.decision, record, 0, self.prefill, self.best_hit_tokens, True, self.ticket
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Routed(worker={self.record.id!r}, prefix_hit_tokens={self.prefix_hit_tokens}, "
+            f"prefill={self.prefill_id!r}, balanced={self.balanced}, decision={self.decision!r})"
+        )

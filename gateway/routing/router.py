@@ -40,7 +40,6 @@ _NO_HIT = PrefixHit()
 
 
 # built per request (the views: per worker per request)
-_routed = fast_constructor(Routed)
 _route_request = fast_constructor(RouteRequest)
 _view = fast_constructor(WorkerView)
 _outcome = fast_constructor(Outcome)
@@ -213,7 +212,7 @@ class Router:
         if balanced:
             self._load.add_routed(record.id, req.max_tokens or 0)
             self.decisions.add(req, decision, views, None)
-            return _routed(request=req, decision=decision, record=record, prefix_hit_tokens=0, balanced=True)
+            return Routed(request=req, decision=decision, record=record, prefix_hit_tokens=0, balanced=True)
         if self._observer is not None:
             self._observer.on_routed(req, decision)
         if self._recorder is not None and req.block_hashes and record.facts.no_affinity_reason is None:
@@ -236,7 +235,7 @@ class Router:
         # what the proxy holds on the worker (``gateway.proxy.forward``): uncached prompt + completion budget
         uncached = max(0, req.num_prompt_tokens - hit_tokens)
         ticket = self._watch.open(record.id, uncached, uncached + (req.max_tokens or 0))
-        return _routed(
+        return Routed(
             request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens, prefill=prefill,
             best_hit_tokens=best_tokens, ticket=ticket,
         )  # fmt: skip
