@@ -25,6 +25,8 @@ _USAGE_KEY: Final = b'"usage"'
 _EMPTY_LIST: Final = b"[]"
 #: the blank line that ends an SSE event, whatever the line endings (``\n\n``, ``\r\n\r\n``, mixed)
 _EVENT_END: Final = re.compile(rb"\r?\n\r?\n")
+#: ``"usage":`` and its value: ``null`` or an object holding objects at most one level deep
+_USAGE_VALUE: Final = re.compile(rb'"usage"\s*:\s*(null|\{(?:[^{}]|\{[^{}]*\})*\})')
 
 
 def error_frames(message: str, code: str, error_type: str = "upstream_error") -> bytes:
@@ -79,6 +81,11 @@ def usage_of(data: object) -> TokenUsage | None:
         usage = data["response"].get("usage")
     if not isinstance(usage, dict):
         return None
+    return _figures(usage)
+
+
+def _figures(usage: dict[str, Any]) -> TokenUsage:
+    """The prompt figures of a ``usage`` object (chat / completions, or the Responses API's names)."""
     if "prompt_tokens" in usage or "input_tokens" not in usage:
         prompt, details = usage.get("prompt_tokens"), usage.get("prompt_tokens_details")
     else:
@@ -92,39 +99,23 @@ def usage_of(data: object) -> TokenUsage | None:
 def usage_in_answer(body: bytes) -> TokenUsage | None:
     """``usage_of`` a whole (non-streamed) JSON answer, parsing only its ``usage`` object where it can.
 
-    Engines write ``usage`` at or near the end of the answer and only once at the top level; a key inside a
-    string value is escaped (``\\"usage\\"``), so the last ``"usage"`` in the bytes is the answer's own. Its
-    object is cut out by brace counting and parsed alone; anything unexpected there (a brace inside a
-    string, a malformed slice, a non-object value other than ``null``) falls back to parsing the whole
-    answer. The cost no longer grows with the completion's length.
+    Engines write ``usage`` once at the top level, at or near the answer's end; a key inside a string value
+    is escaped (``\\"usage\\"``), so the last ``"usage"`` in the bytes is the answer's own. Its value, an
+    object whose members nest objects one level deep (``prompt_tokens_details``) or ``null``, is matched
+    there by one regex and parsed alone; anything else (deeper nesting, a brace inside a string, a malformed
+    value) falls back to parsing the whole answer. The cost no longer grows with the completion's length.
     """
     at = body.rfind(_USAGE_KEY)
     if at < 0:
         return None
-    value = body[at + len(_USAGE_KEY) : at + len(_USAGE_KEY) + 8].lstrip()  # ``:`` and any spacing
-    if value.startswith(b":"):
-        value = value[1:].lstrip()
-        if value.startswith(b"null"):
+    found = _USAGE_VALUE.match(body, at)
+    if found is not None:
+        value = found.group(1)
+        if value == b"null":
             return None
-        start = body.find(b"{", at)
-        if value.startswith(b"{") and start > 0:
-            end, depth = start, 0
-            while True:  # to the brace that closes the object (``usage`` holds one or two nested objects)
-                close = body.find(b"}", end)
-                opened = body.find(b"{", end)
-                if close < 0:
-                    break
-                if 0 <= opened < close:
-                    depth += 1
-                    end = opened + 1
-                    continue
-                depth -= 1
-                end = close + 1
-                if depth == 0:
-                    usage = _loads(body[start:end])
-                    if isinstance(usage, dict):
-                        return usage_of({"usage": usage})
-                    break
+        usage = _loads(value)
+        if isinstance(usage, dict):
+            return _figures(usage)
     return usage_of(_loads(body))
 
 
