@@ -8,7 +8,8 @@ see the kernel's share (socket writes and reads, ~20% of the gateway's CPU on lo
 is not a fixed time, so report the count next to a ``bench_proxy`` figure, not instead of it.
 
 For each checkout (the working tree as ``current``, and ``--baseline REF`` checked out with ``git worktree``
-into a temporary folder) and each mode and fleet size: N instant mock workers (``bench_proxy``'s), one
+into a temporary folder, its request path compiled first where this tree runs compiled, unless
+``--plain-baseline``) and each mode and fleet size: N instant mock workers (``bench_proxy``'s), one
 gateway (``round_robin``, no tokenizer, unless ``--gateway-arg`` says otherwise) under
 ``valgrind --tool=callgrind`` with counting off; a warm-up; counting on for ``--requests`` requests at
 ``--connections`` connections; then counting on again for an idle stretch as long as the loaded one, whose
@@ -33,6 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvgate_core.native import guard
 from loadtest.bench_proxy import MODES, client_cell, start_workers, stop_procs, wait_http
 from loadtest.fleet import free_port
 
@@ -54,13 +56,17 @@ class Cell:
 
 
 @contextlib.contextmanager
-def checkout(ref: str) -> Iterator[Path]:
-    """``ref`` checked out (detached) in a temporary worktree, removed afterwards."""
+def checkout(ref: str, *, compiled: bool = False) -> Iterator[Path]:
+    """``ref`` checked out (detached) in a temporary worktree, removed afterwards; ``compiled``: with its
+    request path compiled as ``make native`` builds it (where ``ref`` has one), to compare like with like."""
     root = Path(subprocess.check_output(["git", "rev-parse", "--show-toplevel"], text=True).strip())
     path = Path(tempfile.mkdtemp(prefix="kvgate-baseline-"))
     subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "--force", str(path), ref],
                    check=True, capture_output=True)  # fmt: skip
     try:
+        if compiled and (path / "kvgate_core" / "native_build.py").is_file():
+            build = [sys.executable, "-m", "kvgate_core.native_build", "build", "--optional"]
+            subprocess.run(build, cwd=path, check=True, timeout=900)
         yield path
     finally:
         remove = ["git", "-C", str(root), "worktree", "remove", "--force", str(path)]
@@ -147,6 +153,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--policy", default="round_robin")
     ap.add_argument("--gateway-arg", action="append", default=[], help="an extra gateway flag (repeatable)")
+    ap.add_argument("--plain-baseline", action="store_true",
+                    help="the baseline as plain Python even where this tree runs compiled")  # fmt: skip
     return ap
 
 
@@ -164,7 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp, contextlib.ExitStack() as stack:
         trees = [("current", Path(__file__).resolve().parents[1])]  # this checkout's root
         if args.baseline:
-            trees.append(("baseline", stack.enter_context(checkout(args.baseline))))
+            compiled = not args.plain_baseline and guard().compiled  # as the working tree runs
+            trees.append(("baseline", stack.enter_context(checkout(args.baseline, compiled=compiled))))
         for mode in modes:
             for size in sizes:
                 for tree, src in trees:

@@ -24,12 +24,17 @@ CHAT = {
 }
 
 
+PAD = b" " * 2100  # leading whitespace: the same answer, past the size parsed whole
+
+
 def _both(body: bytes) -> TokenUsage | None:
+    """The answer's usage, checked equal whole-parsed, read as a small answer and read as a large one."""
     try:
         whole = usage_of(orjson.loads(body))
     except orjson.JSONDecodeError:
         whole = None
     assert usage_in_answer(body) == whole
+    assert usage_in_answer(PAD + body) == whole
     return whole
 
 
@@ -57,6 +62,11 @@ def test_usage_named_inside_the_text_is_not_the_answers() -> None:
     assert _both(body) is None
 
 
+def test_usage_nested_deeper_than_its_details_falls_back_to_the_whole_answer() -> None:
+    deep = {**CHAT, "usage": {"prompt_tokens": 6, "x": {"y": {"z": 1}}}}
+    assert _both(orjson.dumps(deep)) == TokenUsage(6, None)
+
+
 def test_braces_inside_the_usage_object_fall_back_to_the_whole_answer() -> None:
     odd = {**CHAT, "usage": {"prompt_tokens": 7, "note": "}{", "prompt_tokens_details": {"cached_tokens": 3}}}
     assert _both(orjson.dumps(odd)) == TokenUsage(7, 3)
@@ -65,10 +75,11 @@ def test_braces_inside_the_usage_object_fall_back_to_the_whole_answer() -> None:
 @pytest.mark.parametrize("body", [b"", b"not json", b'{"usage":', b'{"usage":{"prompt_tokens":1'])
 def test_malformed_answers_give_none(body: bytes) -> None:
     assert usage_in_answer(body) is None
+    assert usage_in_answer(PAD + body) is None
 
 
 def test_a_broken_answer_around_a_sound_usage_object_still_gives_its_figures() -> None:
-    assert usage_in_answer(b'"usage":{"prompt_tokens":4}}') == TokenUsage(4, None)
+    assert usage_in_answer(PAD + b'"usage":{"prompt_tokens":4}}') == TokenUsage(4, None)
 
 
 def test_random_answers_agree_with_a_whole_parse() -> None:
