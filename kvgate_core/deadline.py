@@ -22,6 +22,8 @@ import heapq
 from types import TracebackType
 from typing import Final
 
+from kvgate_core.tasks import current_task
+
 # states (plain ints: an Enum member lookup costs more than the rest of a check)
 _CREATED: Final = 0
 _ENTERED: Final = 1
@@ -93,7 +95,7 @@ class Deadline:
     async def __aenter__(self) -> Deadline:
         if self._state != _CREATED:
             raise RuntimeError("a deadline is entered once")
-        task = asyncio.current_task()
+        task = current_task()
         if task is None:
             raise RuntimeError("a deadline is used inside a task")
         loop = asyncio.get_running_loop()

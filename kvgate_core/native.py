@@ -33,6 +33,7 @@ from typing import Final
 #: callers bind each other directly) and must avoid what mypyc does not compile (async generators, classes
 #: inheriting builtin types other than ``Exception``)
 MODULES: Final = (
+    "kvgate_core.tasks",
     "kvgate_core.deadline",
     "kvgate_core.asgi",
     "kvgate_core.spans",

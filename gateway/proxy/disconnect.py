@@ -13,6 +13,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from kvgate_core.asgi import DisconnectWatch, Receive, disconnect_watch
+from kvgate_core.tasks import current_task
 
 T = TypeVar("T")
 
@@ -30,7 +31,7 @@ async def cancel_on_disconnect(work: Coroutine[Any, Any, T], receive: Receive) -
 
 async def _with_callback(work: Coroutine[Any, Any, T], watch: DisconnectWatch) -> T | None:
     """``work`` in this task, cancelled by the server's disconnect callback."""
-    task = asyncio.current_task()
+    task = current_task()
     assert task is not None, "called from a task"
     left = False
 

@@ -47,7 +47,7 @@ from gateway.proxy.stream import CLIENT_GONE, OnResponseId, StreamRelay
 from gateway.routing.hold import Hold
 from gateway.routing.pd import PD_HEADER, PrefillRunner, prefill_body
 from gateway.routing.router import Routed, Router
-from gateway.settings import RetrySettings, Timeouts, UpstreamLimits
+from gateway.settings import DEFAULT_UPSTREAM_CONNECTIONS, RetrySettings, Timeouts, UpstreamLimits
 from gateway.state.protocols import LoadBoard
 from kvgate_core.asgi import Receive, Send
 from kvgate_core.deadline import Deadline, DeadlineWheel
@@ -209,7 +209,9 @@ class Proxy:
             if parsed.endpoint is Endpoint.RESPONSES and self.affinity is not None
             else None
         )
-        cap = self._limits.cap(routed.record.max_running)
+        # ``UpstreamLimits.cap``, spelt out: a method of an interpreted dataclass is a frame per request
+        fixed, running = self._limits.max_connections, routed.record.max_running
+        cap = fixed if fixed is not None else running if running > 0 else DEFAULT_UPSTREAM_CONNECTIONS
         # held while waiting for a connection too: the policy sees the waiting requests as load
         hold = Hold.take(self._load, routed.record, tokens)
         start = time.perf_counter()
