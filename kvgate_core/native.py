@@ -4,7 +4,7 @@
 client, router, proxy, request parsing, load board, metrics) with mypyc into one extension per module next
 to its source, which Python's import system then prefers over the ``.py``; the compiled modules share one
 library, ``kvgate_core/native_lib__mypyc…so``. The code stays the same typed Python; compiled, the gateway
-executes ~0.7x the instructions per proxied request of plain Python (``loadtest.bench_instructions``).
+executes ~0.56x the instructions per proxied request of plain Python (``loadtest.bench_instructions``).
 ``make install`` builds it where a C compiler is found; without one everything runs as plain Python.
 
 A build records the SHA-256 of every source it compiled (``STAMP``). On the first import of ``kvgate_core``

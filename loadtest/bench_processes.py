@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvgate_core.net import free_ports
-from loadtest.bench_proxy import kvgate_router, wait_http
+from loadtest.bench_proxy import client_argv, kvgate_router, wait_http
 from loadtest.router_cmd import peer_command, tree_cpu_s
 
 
@@ -81,15 +81,10 @@ def split(total: int, parts: int) -> list[int]:
 def _load_once(port: int, load: Load, stream: bool, pid: int) -> Cell:
     """Every client process at once; requests/s summed, p50 the clients' median of medians."""
     cpu0 = tree_cpu_s(pid)
+    mode = "stream" if stream else "non-stream"
     clients = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "loadtest.bench_proxy",
-                "--client",
-                json.dumps([port, conns, load.duration_s, stream, load.max_requests // load.client_procs]),
-            ],
+            client_argv(port, conns, load.duration_s, mode, load.max_requests // load.client_procs, (0, 0.0)),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )

@@ -306,11 +306,18 @@ def stop_procs(procs: Sequence[subprocess.Popen[bytes]]) -> None:
             proc.wait(5)
 
 
+def client_argv(
+    port: int, connections: int, duration_s: float, mode: str, max_requests: int, paced: tuple[int, float]
+) -> list[str]:
+    """The command of one load client process (``--client``); it prints its cell as JSON."""
+    return [sys.executable, "-m", "loadtest.bench_proxy", "--client",
+            json.dumps([port, connections, duration_s, mode, max_requests, paced])]  # fmt: skip
+
+
 def client_cell(
     port: int, connections: int, duration_s: float, mode: str, max_requests: int, paced: tuple[int, float]
 ) -> _Cell:
-    cmd = [sys.executable, "-m", "loadtest.bench_proxy", "--client",
-           json.dumps([port, connections, duration_s, mode, max_requests, paced])]  # fmt: skip
+    cmd = client_argv(port, connections, duration_s, mode, max_requests, paced)
     out = subprocess.run(cmd, capture_output=True, check=True, timeout=duration_s + 120)
     result: _Cell = json.loads(out.stdout)
     return result
