@@ -245,8 +245,7 @@ class Proxy:
             self._metrics.request(route, result.status, worker, latency_s)
             if result.ttfb_s is not None:
                 self._metrics.ttfb(route, result.ttfb_s)
-            # read once: ``Result``'s properties run interpreted, four reads cost more than the rest here
-            usage = result.usage
+            usage = result.usage  # read once, both figures passed on
             cached, prompt = (usage.cached_tokens, usage.prompt_tokens) if usage is not None else (None, None)
             self._record_stats(routed, result, latency_s, cached, prompt)
             if cached and note_cached_tokens(routed.record.facts, cached):
@@ -305,8 +304,9 @@ class Proxy:
                 WorkerUnavailable(f"worker {worker} answered {status}"), f"status_{status}"
             )
         routed.record.breaker.record_success()
-        prefill = routed.prefill.id if routed.prefill is not None else None  # not ``prefill_id``: interpreted
-        headers = proxied_headers(conn.content_type, worker, routed.prefix_hit_tokens, len(body), prefill)
+        headers = proxied_headers(
+            conn.content_type, worker, routed.prefix_hit_tokens, len(body), routed.prefill_id
+        )
         if on_response_id is not None and status == 200 and (response_id := response_id_of(body)) is not None:
             await on_response_id(response_id)  # before the client can send a follow-up naming it
         await send_whole(send, status, headers, body)

@@ -60,9 +60,6 @@ class OnAnswered(Protocol):
     def __call__(self, *, answered: bool) -> None: ...
 
 
-_result = Result  # one per streamed request: a compiled class (``gateway.proxy.result``)
-
-
 class StreamRelay:
     """Relays one streamed completion per call.
 
@@ -181,7 +178,7 @@ class StreamRelay:
             if ended:
                 if not closed:
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
-                return _result(200, ok=True, usage=usage, ttfb_s=ttfb_s)
+                return Result(200, ok=True, usage=usage, ttfb_s=ttfb_s)
             # every engine fronted here ends a good stream with [DONE] (MII 0.3.3 too, ``StreamResults``);
             # TensorRT-LLM drops the connection on an error instead of sending an error event
             end = "[DONE]" if watch is None else "its final event"

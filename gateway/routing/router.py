@@ -157,7 +157,7 @@ class Router:
         hits = self._lookup(req, [r.id for r in records if r.facts.no_affinity_reason is None])
         # one view per worker per request (a 64-worker fleet builds 64): an index loop, positional arguments
         # in ``WorkerView``'s field order (an interpreted builder binds keywords at ~2x the cost of positions;
-        # ``tests/unit/gateway/routing/test_router_snapshot.py`` checks the order) and no lookups without hits
+        # ``test_every_view_field_carries_its_own_figure`` checks the order) and no lookups without hits
         upstream_queue = self._upstream_queue
         watch = self._watch
         reporting = watch.reporting
