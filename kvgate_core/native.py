@@ -65,6 +65,7 @@ MODULES: Final = (
     "gateway.engines.affinity",
     "gateway.proxy.responses",
     "gateway.proxy.shaping",
+    "gateway.proxy.stream",
     "gateway.proxy.forward",
     "gateway.api.openai_routes",
     "policies.candidates",

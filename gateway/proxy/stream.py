@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from gateway.errors import WorkerTimeout, WorkerUnavailable
 from gateway.openai.responses_sse import StreamWatch, responses_error_frames
@@ -39,7 +39,7 @@ from gateway.routing.router import Routed
 from gateway.settings import Timeouts
 from kvgate_core.asgi import Receive, Send
 from kvgate_core.deadline import Deadline, DeadlineWheel
-from kvgate_core.h1 import H1Connection, H1Pool, PoolSaturatedError, Target
+from kvgate_core.h1 import PoolSaturatedError, Target
 
 logger = logging.getLogger(__name__)
 CLIENT_GONE = 499
@@ -54,13 +54,37 @@ class StreamCut(Exception):  # noqa: N818 - not an error answer: the connection 
 OnResponseId = Callable[[str], Awaitable[None]]
 
 
+class UpstreamStream(Protocol):
+    """The relay's view of one upstream response (``kvgate_core.h1_connection.H1Connection``)."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def content_type(self) -> bytes: ...
+    @property
+    def drained(self) -> bool: ...
+    async def read_chunk(self) -> bytes: ...
+    async def read_all(self) -> bytes: ...
+
+
+C = TypeVar("C", bound=UpstreamStream)
+
+
+class UpstreamPool(Protocol[C]):
+    """The relay's view of the upstream pool (``kvgate_core.h1.H1Pool``): a structural type, so the relay
+    compiled with mypyc still accepts a test's scripted pool."""
+
+    async def post(self, target: Target, request: bytes, limit: int | None = None) -> C: ...
+    def release(self, target: Target, conn: C) -> None: ...
+
+
 class OnAnswered(Protocol):
     """Called when the worker has finished a request (``forward.Hold.end``)."""
 
     def __call__(self, *, answered: bool) -> None: ...
 
 
-class StreamRelay:
+class StreamRelay(Generic[C]):
     """Relays one streamed completion per call.
 
     Args:
@@ -73,7 +97,7 @@ class StreamRelay:
 
     def __init__(
         self,
-        pool: H1Pool,
+        pool: UpstreamPool[C],
         timeouts: Timeouts,
         on_first_token: Callable[[Routed], None] | None = None,
         wheel: DeadlineWheel | None = None,
@@ -145,7 +169,7 @@ class StreamRelay:
         loop = asyncio.get_running_loop()
         worker = routed.record.id
         started_at = loop.time()
-        conn: H1Connection | None = None
+        conn: C | None = None
         started = False
         try:
             async with Deadline(self._timeouts.ttfb_s, self._wheel) as deadline:
@@ -193,7 +217,7 @@ class StreamRelay:
 
     async def _copy(
         self,
-        conn: H1Connection,
+        conn: C,
         chunk: bytes,
         send: Send,
         deadline: Deadline,
@@ -227,7 +251,7 @@ class StreamRelay:
         return ended, usage, False
 
     async def _copy_without_usage(
-        self, conn: H1Connection, chunk: bytes, send: Send, deadline: Deadline, on_answered: OnAnswered
+        self, conn: C, chunk: bytes, send: Send, deadline: Deadline, on_answered: OnAnswered
     ) -> tuple[bool, TokenUsage | None]:
         """Like ``_copy``, less the usage chunk the gateway asked for on its own behalf."""
         loop = asyncio.get_running_loop()
@@ -255,7 +279,7 @@ class StreamRelay:
 
     async def _copy_watched(
         self,
-        conn: H1Connection,
+        conn: C,
         chunk: bytes,
         send: Send,
         deadline: Deadline,
@@ -298,7 +322,7 @@ class StreamRelay:
             routed, send, "worker connection broke mid-stream", "worker_unavailable", watch
         )
 
-    async def _error_answer(self, routed: Routed, conn: H1Connection, send: Send) -> Result:
+    async def _error_answer(self, routed: Routed, conn: C, send: Send) -> Result:
         """A worker answered a stream request with an error status: retry 5xx, pass 4xx through."""
         body = await conn.read_all()
         if conn.status >= 500:
