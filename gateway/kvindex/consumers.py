@@ -22,7 +22,14 @@ import httpx
 import orjson
 
 from kvgate_core.h1 import H1Connection, H1Pool, Target, UpstreamConnectionError
-from kvgate_core.kvcontract.events import EventDecodeError, EventType, KVEvent, Tier, event_from_dict
+from kvgate_core.kvcontract.events import (
+    EventDecodeError,
+    EventType,
+    KVEvent,
+    Tier,
+    event_from_dict,
+    new_event,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -108,10 +115,9 @@ class AliasMap:
     def translate(self, events: Sequence[KVEvent]) -> list[KVEvent]:
         """Events with the worker field mapped to registry ids."""
         get = self._to_registry.get
-        # the constructor, not ``dataclasses.replace``: several times cheaper per event on the feed's path
-        return [
-            e if (w := get(e.worker)) is None else KVEvent(w, e.type, e.tier, e.hashes, e.ts) for e in events
-        ]
+        # a constructor, not ``dataclasses.replace``: several times cheaper per event on the feed's path
+        new = new_event
+        return [e if (w := get(e.worker)) is None else new(w, e.type, e.tier, e.hashes, e.ts) for e in events]
 
 
 @dataclass(frozen=True, slots=True)
