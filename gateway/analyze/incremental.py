@@ -14,7 +14,7 @@ import numpy as np
 from gateway.analyze.prefix_cache import BoundaryFinder, CachedPrefix, PrefixTokenCache
 from kvgate_core.kvcontract.hashing import chain_hashes
 from kvgate_core.tokenize.pieces import DEFAULT_MAX_PIECES, PieceEncoder
-from kvgate_core.tokenize.tokenizer import Tokenizer
+from kvgate_core.tokenize.tokenizer import ByteTokenizer, Tokenizer
 
 _IDS = np.uint32
 _NO_IDS = np.empty(0, _IDS)
@@ -50,9 +50,13 @@ class IncrementalEncoder:
             raise ValueError("block_size must be positive")
         self._tok = tokenizer
         pieces = PieceEncoder.for_tokenizer(tokenizer, max_pieces)
-        self._encode_text: Callable[[str], np.ndarray] = (
-            pieces.encode if pieces is not None else lambda text: np.asarray(tokenizer.encode(text), _IDS)
-        )
+        self._encode_text: Callable[[str], np.ndarray]
+        if pieces is not None:
+            self._encode_text = pieces.encode
+        elif isinstance(tokenizer, ByteTokenizer):
+            self._encode_text = tokenizer.encode_ids
+        else:
+            self._encode_text = lambda text: np.asarray(tokenizer.encode(text), _IDS)
         self._cache = cache
         self._block_size = block_size
         self._finder = BoundaryFinder.for_tokenizer(tokenizer)

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import random
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kvgate_core.tokenize.tokenizer import ByteTokenizer, HFTokenizer
@@ -13,6 +16,30 @@ def test_byte_tokenizer_encodes_utf8_bytes_and_special_tokens() -> None:
     assert ids == [257, ord("h"), 0xC3, 0xA9, 258]
     assert tok.decode(ids) == "<|im_start|>hé<|im_end|>"
     assert tok.decode(ids, skip_special_tokens=True) == "hé"
+
+
+def _bytes_one_by_one(tok: ByteTokenizer, text: str) -> list[int]:
+    """The byte tokenizer's definition, a Python int per byte (what ``encode_ids`` computes with numpy)."""
+    out: list[int] = []
+    for i, piece in enumerate(re.split("(<\\|im_start\\|>|<\\|im_end\\|>|<\\|endoftext\\|>)", text)):
+        if i % 2:
+            out.append(tok.token_to_id(piece) or -1)
+        else:
+            out.extend(piece.encode("utf-8"))
+    return out
+
+
+def test_byte_tokenizer_ids_equal_a_byte_by_byte_encode() -> None:
+    tok = ByteTokenizer()
+    rng = random.Random(7)
+    alphabet = ["a", " ", "\n", "é", "中", "🙂", "<", "|", "<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+    texts = ["", "plain", "<|im_end|>", "<|im_start|><|im_end|>", "<|im_start|>user\nhi<|im_end|>\n"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40))) for _ in range(500)]
+    for text in texts:
+        ids = tok.encode_ids(text)
+        assert ids.dtype == np.uint32
+        assert ids.tolist() == tok.encode(text) == _bytes_one_by_one(tok, text), text
+        assert all(type(i) is int for i in tok.encode(text))
 
 
 def test_byte_tokenizer_vocabulary() -> None:
