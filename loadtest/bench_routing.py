@@ -1,20 +1,23 @@
 """Routing quality on a simulated fleet: hit rate vs the ideal single cache, TTFT, imbalance, replicas.
 
 Run: ``python -m loadtest.bench_routing [--quick] [--fleet kvgate|foreign]
-[--scenarios multi_turn,shared_prefix,trace] [--cases rr,ll,pca,pca_x4] [--trace-speedup 10]
+[--scenarios multi_turn,shared_prefix,trace] [--cases rr,ll,pca,pca_x4,pca_x4_first] [--trace-speedup 10]
 [--prefill-tps 20000] [--out DIR]``.
 Each scenario ends with the prefill utilisation per case (uncached prompt tokens over the fleet's capacity).
 
 Every case starts a fresh fleet (``loadtest.fleet``): 8 simulated workers whose KV caches (16k tokens
 each) are much smaller than the working set, prefill-dominated timings like a GPU fleet (20k prompt
 tokens/s of prefill, 100 tokens/s of decode per sequence, 32 batch slots), and one gateway, or four sharing
-a private ``redis-server``. Workloads: multi-turn chat and shared-prefix groups (open loop, Poisson), and
-the first 1,000 records of the Mooncake conversation trace (``../shared/traces``) replayed on token-id
-prompts, scaled down 32× in length (one 512-token trace block = one 16-token KV block) and sped up 10×.
+a private ``redis-server`` (``pca_x4_first``, not run by default: the same four with every request sent to
+the first, to see what the other replicas cost it apart from splitting the traffic). Workloads: multi-turn
+chat and shared-prefix groups (open loop, Poisson), and the first 1,000 records of the Mooncake
+conversation trace (``../shared/traces``) replayed on token-id prompts, scaled down 32× in length (one
+512-token trace block = one 16-token KV block) and sped up 10×.
 Per case: fleet cache hit rate (``cached_tokens`` / prompt tokens), the ideal hit rate
 of the same request sequence through ONE cache of the fleet's capacity (``loadtest.ideal_cache``), TTFT
 p50/p99 and its queue + prefill part on the worker (``worker_ttfts``: what routing decides, apart from the
-HTTP and process time around it), load imbalance (max/mean over the 8 workers of prompt tokens served,
+HTTP and process time around it) and the p50 of the rest (``outside_ttfts``: each request's TTFT minus its
+modelled queue + prefill), load imbalance (max/mean over the 8 workers of prompt tokens served,
 and of prefill work, i.e. uncached tokens), the gateways' CPU share and their mean upstream TTFT (from
 sending a request to a worker to its first chunk, read from the gateways' ``/metrics``: the worker's real
 time to first token, without the client-side half that this rig's shared cores make noisy). Rates are
@@ -82,6 +85,9 @@ class Case:
     policy: str
     gateways: int = 1
     gateway_args: tuple[str, ...] = ()  # extra ``kvgate gateway`` flags (e.g. ``--processes 2``)
+    #: send every request to the first gateway only (the others run, share state and route nothing): what
+    #: the replicas cost the one that serves, apart from splitting the traffic
+    drive_first_only: bool = False
 
     @property
     def label(self) -> str:
@@ -92,7 +98,7 @@ class Case:
         """A file name for this case's logs and records under ``scenario``."""
         return "-".join(
             (scenario, self.policy, str(self.gateways), *(a.strip("-") for a in self.gateway_args))
-        )
+        ) + ("-first" if self.drive_first_only else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +118,14 @@ CASES = {
     "ll": Case("least_load", "least_load"),
     "pca": Case("prefix_cache_aware", "prefix_cache_aware"),
     "pca_x4": Case("prefix_cache_aware ×4 gw", "prefix_cache_aware", gateways=4),
+    "pca_x4_first": Case(
+        "prefix_cache_aware ×4 gw, all to the first", "prefix_cache_aware", gateways=4, drive_first_only=True
+    ),
     "pca_p2": Case(
         "prefix_cache_aware --processes 2", "prefix_cache_aware", gateway_args=("--processes", "2")
     ),
 }
+DEFAULT_CASES = tuple(name for name in CASES if name != "pca_x4_first")  # that one is a diagnosis
 
 
 def _multi_turn(quick: bool) -> list[Session]:
@@ -214,13 +224,26 @@ def worker_ttfts(records: Sequence[RequestRecord], prefill_tps: float = PREFILL_
     model (one FIFO prefill server per worker at ``prefill_tps``; cached tokens cost nothing), taking the
     send times as arrivals: the part of TTFT that routing decides, without the HTTP, gateway, worker
     and driver time around it, which on a small machine shared by the whole fleet is large and noisy."""
+    return [modelled for _, modelled in _modelled_ttfts(records, prefill_tps)]
+
+
+def outside_ttfts(records: Sequence[RequestRecord], prefill_tps: float = PREFILL_TPS) -> list[float]:
+    """Each successful request's TTFT minus its modelled queue + prefill (``worker_ttfts``): the time spent
+    outside the workers' model (HTTP, gateway, the processes' scheduling, the driver)."""
+    pairs = _modelled_ttfts(records, prefill_tps)
+    return [r.ttft_s - modelled for r, modelled in pairs if r.ttft_s is not None]
+
+
+def _modelled_ttfts(
+    records: Sequence[RequestRecord], prefill_tps: float
+) -> list[tuple[RequestRecord, float]]:
     free: defaultdict[str, float] = defaultdict(float)
     out = []
     for r in sorted((r for r in records if r.ok and r.worker), key=lambda r: r.start_s):
         assert r.worker is not None, "filtered above"
         done = max(r.start_s, free[r.worker]) + max(0, r.prompt_tokens - r.cached_tokens) / prefill_tps
         free[r.worker] = done
-        out.append(done - r.start_s)
+        out.append((r, done - r.start_s))
     return out
 
 
@@ -247,7 +270,7 @@ def run_case(
     """One fresh fleet, one workload, one policy; ``pca_params`` (JSON) tunes ``prefix_cache_aware``."""
     spec = _fleet_spec(scenario, case, out, pca_params, workers)
     with launch(spec) as fleet:
-        run, cpu = _drive(fleet, scenario, sessions)
+        run, cpu = _drive(fleet, scenario, sessions, first_only=case.drive_first_only)
         upstream = upstream_ttft_mean(
             [httpx.get(u + "/metrics", timeout=5.0).text for u in fleet.gateway_urls]
         )
@@ -297,9 +320,11 @@ def _ideal(sessions: Sequence[Session], records: Sequence[RequestRecord], worker
     return ideal_replay(sent, NUM_WORKERS * workers.kv_tokens, block_size).hit_rate
 
 
-def _drive(fleet: Fleet, scenario: Scenario, sessions: list[Session]) -> tuple[RunResult, float]:
+def _drive(
+    fleet: Fleet, scenario: Scenario, sessions: list[Session], *, first_only: bool = False
+) -> tuple[RunResult, float]:
     cfg = DriverConfig(
-        target=",".join(fleet.gateway_urls),
+        target=",".join(fleet.gateway_urls[:1] if first_only else fleet.gateway_urls),
         rate=scenario.rate,
         max_requests=scenario.max_requests,
         duration_s=scenario.duration_s,
@@ -325,13 +350,14 @@ def table(results: Sequence[CaseResult], prefill_tps: float = PREFILL_TPS) -> st
     one = by.get(CASES["pca"].name)
     head = (
         "| policy | gateways | requests | failed | req/s | hit rate | ideal | hit/ideal | TTFT p50 ms "
-        "| TTFT p99 ms | p50 rr/this | queue+prefill p50 ms | imbalance | prefill imbalance | predicted hit "
-        "| gateway CPU % | upstream TTFT mean ms |"
+        "| TTFT p99 ms | p50 rr/this | queue+prefill p50 ms | outside p50 ms | imbalance | prefill imbalance "
+        "| predicted hit | gateway CPU % | upstream TTFT mean ms |"
     )
-    lines = [head, "|" + "---|" * 17]
+    lines = [head, "|" + "---|" * 18]
     queue_prefill_p50 = {
         r.case.name: percentile(worker_ttfts(r.run.records, prefill_tps), 50) for r in results
     }
+    outside_p50 = {r.case.name: percentile(outside_ttfts(r.run.records, prefill_tps), 50) for r in results}
     for r in results:
         s = summarize(r.run)
         cpu = 100.0 * r.gateway_cpu_s / max(r.run.wall_s, 1e-9) / r.case.gateways
@@ -340,7 +366,8 @@ def table(results: Sequence[CaseResult], prefill_tps: float = PREFILL_TPS) -> st
             f"| {r.case.label} | {r.case.gateways} | {s.requests} | {s.failed} | {s.req_per_s:.1f} "
             f"| {s.hit_rate:.1%} | {r.ideal_hit_rate:.1%} | {s.hit_rate / r.ideal_hit_rate:.2f} "
             f"| {s.ttft_p50 * 1e3:.1f} | {s.ttft_p99 * 1e3:.1f} | {speed} "
-            f"| {queue_prefill_p50[r.case.name] * 1e3:.1f} | {r.imbalance:.2f} "
+            f"| {queue_prefill_p50[r.case.name] * 1e3:.1f} | {outside_p50[r.case.name] * 1e3:.1f} "
+            f"| {r.imbalance:.2f} "
             f"| {r.prefill_imbalance:.2f} | {predicted(r.run.records):.1%} | {cpu:.0f} "
             f"| {r.upstream_ttft_mean_s * 1e3:.1f} |"
         )
@@ -352,7 +379,8 @@ def table(results: Sequence[CaseResult], prefill_tps: float = PREFILL_TPS) -> st
             f"4 vs 1 gateway replicas: hit rate {b.hit_rate:.1%} vs {a.hit_rate:.1%} "
             f"({(b.hit_rate - a.hit_rate) / a.hit_rate:+.1%}); TTFT p50 {b.ttft_p50 * 1e3:.1f} vs "
             f"{a.ttft_p50 * 1e3:.1f} ms; queue+prefill p50 {queue_prefill_p50[x4.case.name] * 1e3:.1f} vs "
-            f"{queue_prefill_p50[one.case.name] * 1e3:.1f} ms"
+            f"{queue_prefill_p50[one.case.name] * 1e3:.1f} ms; outside p50 "
+            f"{outside_p50[x4.case.name] * 1e3:.1f} vs {outside_p50[one.case.name] * 1e3:.1f} ms"
         )
     return "\n".join(lines) + "\n"
 
@@ -374,7 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m loadtest.bench_routing", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller workloads (~20 s a case)")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"from {', '.join(SCENARIOS)}")
-    ap.add_argument("--cases", default=",".join(CASES), help=f"from {', '.join(CASES)}")
+    ap.add_argument(
+        "--cases", default=",".join(DEFAULT_CASES),
+        help=f"from {', '.join(CASES)} (default {','.join(DEFAULT_CASES)})",
+    )  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("loadtest-results/bench_routing"))
     ap.add_argument("--pca-params", help="prefix_cache_aware params as JSON, e.g. '{\"balance_weight\": 0}'")
     ap.add_argument(

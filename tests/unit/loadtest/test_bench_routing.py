@@ -11,7 +11,15 @@ from gateway.analyze.prompt import TokenizingAnalyzer
 from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
 from kvgate_core.tokenize.bundle import byte_bundle
 from kvgate_core.tokenize.request_prompt import Endpoint
-from loadtest.bench_routing import imbalance, sent_in_order, upstream_ttft_mean, worker_ttfts
+from loadtest.bench_routing import (
+    CASES,
+    DEFAULT_CASES,
+    imbalance,
+    outside_ttfts,
+    sent_in_order,
+    upstream_ttft_mean,
+    worker_ttfts,
+)
 from loadtest.driver import RequestRecord
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
 from loadtest.workloads import Session, WorkRequest
@@ -109,6 +117,22 @@ def test_worker_ttfts_queue_each_workers_uncached_prefill_in_send_order() -> Non
         RequestRecord("s4", 0.06, prompt_tokens=2000, worker="w2", error="boom"),  # failed: not served
     ]
     assert worker_ttfts(recs, prefill_tps=20_000) == pytest.approx([0.1, 0.1, 0.1])
+
+
+def test_outside_ttfts_are_each_ttft_less_its_modelled_queue_and_prefill() -> None:
+    recs = [
+        RequestRecord("s1", 0.0, ttft_s=0.104, prompt_tokens=2000, worker="w1"),  # modelled 0.1 s
+        RequestRecord("s2", 0.05, ttft_s=0.2, prompt_tokens=2000, cached_tokens=1000, worker="w1"),  # 0.1 s
+        RequestRecord("s3", 0.01, ttft_s=None, prompt_tokens=20, worker="w2", error="boom"),  # not served
+    ]
+    assert outside_ttfts(recs, prefill_tps=20_000) == pytest.approx([0.004, 0.1])
+
+
+def test_the_first_gateway_only_case_is_a_diagnosis_not_a_default() -> None:
+    case = CASES["pca_x4_first"]
+    assert case.gateways == 4 and case.drive_first_only and not CASES["pca_x4"].drive_first_only
+    assert "pca_x4_first" not in DEFAULT_CASES and "pca_x4" in DEFAULT_CASES
+    assert case.slug("trace") != CASES["pca_x4"].slug("trace")  # their records do not overwrite each other
 
 
 def test_upstream_ttft_mean_pools_every_route_of_every_gateway() -> None:
