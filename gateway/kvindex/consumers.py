@@ -27,6 +27,7 @@ from kvgate_core.kvcontract.events import (
     EventType,
     KVEvent,
     Tier,
+    are_block_hashes,
     event_from_dict,
     new_event,
 )
@@ -73,7 +74,7 @@ def parse_snapshot(obj: Any) -> BlocksSnapshot:
             tier = Tier(name)
         except ValueError as exc:
             raise EventDecodeError(f"/kv/blocks: unknown tier {name!r}") from exc
-        if not isinstance(hashes, list) or not all(isinstance(h, int) and 0 <= h < 2**64 for h in hashes):
+        if not isinstance(hashes, list) or not are_block_hashes(hashes):
             raise EventDecodeError(f"/kv/blocks: tier {name!r} must list unsigned 64-bit hashes")
         parsed[tier] = tuple(hashes)
     return BlocksSnapshot(worker=worker, block_size=block_size, tiers=parsed)

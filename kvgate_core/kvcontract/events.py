@@ -99,9 +99,15 @@ def event_from_dict(obj: Any) -> KVEvent:
         raise EventDecodeError(f"bad event: unknown type {obj['type']!r} or tier {obj.get('tier')!r}")
     if not isinstance(worker, str) or not isinstance(hashes, list):
         raise EventDecodeError("bad event: worker must be a string and hashes a list")
-    if hashes and (set(map(type, hashes)) != _INT_ONLY or min(hashes) < 0 or max(hashes) >= _U64_END):
+    if not are_block_hashes(hashes):
         raise EventDecodeError("bad event: hashes must be unsigned 64-bit integers")
     return new_event(worker, etype, tier, tuple(hashes), ts)
+
+
+def are_block_hashes(values: list[Any]) -> bool:
+    """Whether every value is an unsigned 64-bit int (``bool`` refused: JSON ``true`` is no block hash), in
+    C-level passes: the set of the values' types, then ``min`` and ``max``."""
+    return not values or (set(map(type, values)) == _INT_ONLY and min(values) >= 0 and max(values) < _U64_END)
 
 
 def decode_event(data: bytes | str) -> KVEvent:
