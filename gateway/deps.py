@@ -39,8 +39,10 @@ from gateway.routing.parity_gate import parity_reports, parity_targets, refuse_p
 from gateway.routing.router import Router
 from gateway.settings import BYTE_BLOCK_SIZE, DEFAULT_BLOCK_SIZE, Settings, WorkerSpec, parse_pool_settings
 from gateway.state.factory import open_state
+from gateway.state.lag import LagRecorder
 from gateway.state.protocols import LoadBoard, State
 from gateway.state.recent import RecentConfig
+from gateway.state.redis import RedisLoadBoard
 from gateway.state.redis_client import is_redis_url
 from gateway.state.response_owners import (
     MemoryResponseOwners,
@@ -64,6 +66,8 @@ class KVService(FeedRunner, TokenUnits, Protocol):
 
     @property
     def degraded(self) -> bool: ...
+
+    def replica_lags(self) -> dict[str, LagRecorder]: ...
 
     def remove_worker(self, worker_id: str) -> None: ...
 
@@ -272,6 +276,16 @@ def _initial_ratio(settings: Settings) -> float:
     return settings.bytes_per_token or BYTES_PER_TOKEN
 
 
+def _replica_lags(state: State, kv: KVService | None) -> dict[str, LagRecorder]:
+    """The recorders of how late other replicas' changes arrive (none with memory state)."""
+    lags: dict[str, LagRecorder] = {}
+    if isinstance(state.load, RedisLoadBoard):
+        lags["load"] = state.load.lag
+    if kv is not None:
+        lags.update(kv.replica_lags())
+    return lags
+
+
 @asynccontextmanager
 async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) -> AsyncIterator[Deps]:
     """Build every dependency of the gateway; close them in reverse order on exit.
@@ -325,6 +339,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
         metrics.attach_fleet(fleet, state.load, (lambda: kv.degraded) if kv is not None else (lambda: False))
         if kv is not None:
             metrics.attach_index(kv.index.num_blocks)
+        metrics.attach_replica_lag(_replica_lags(state, kv))
         router = Router(
             fleet=fleet, load=state.load, policy=policy, analyzer=analyzer,
             kv_index=kv.index if kv is not None else None, block_size=settings.block_size, metrics=metrics,

@@ -40,11 +40,12 @@ import random
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.settings import DEFAULT_POLICY
 from kvgate_core.tokenize.bundle import TokenizerBundle, byte_bundle
@@ -187,6 +188,43 @@ def upstream_ttft_mean(metrics_pages: Sequence[str]) -> float:
     return total / count if count else float("nan")
 
 
+def histogram_quantile(
+    metrics_pages: Sequence[str], family: str, q: float, labels: Mapping[str, str] | None = None
+) -> float:
+    """The ``q`` quantile (0–1) of the histogram ``family`` (its samples with ``labels``) pooled over every
+    gateway's page, linearly interpolated inside its bucket (Prometheus's ``histogram_quantile``); nan
+    without observations."""
+    want = dict(labels or {})
+    cumulative: dict[float, float] = defaultdict(float)
+    for page in metrics_pages:
+        for fam in text_string_to_metric_families(page):
+            if fam.name != family:
+                continue
+            for sample in fam.samples:
+                if sample.name.endswith("_bucket") and all(
+                    sample.labels.get(k) == v for k, v in want.items()
+                ):
+                    cumulative[float(sample.labels["le"])] += sample.value
+    bounds = sorted(cumulative)
+    if not bounds or cumulative[bounds[-1]] <= 0:
+        return float("nan")
+    rank = q * cumulative[bounds[-1]]
+    lower, below = 0.0, 0.0
+    for bound in bounds:
+        count = cumulative[bound]
+        if count >= rank:
+            if bound == float("inf"):
+                return lower  # above the last finite bound: that bound is all one can say
+            return lower + (bound - lower) * ((rank - below) / (count - below) if count > below else 1.0)
+        lower, below = bound, count
+    return lower
+
+
+def replica_lag_quantile(metrics_pages: Sequence[str], kind: str, q: float) -> float:
+    """``histogram_quantile`` of ``kvgate_replica_lag_seconds{kind}`` (``load`` or ``prediction``)."""
+    return histogram_quantile(metrics_pages, "kvgate_replica_lag_seconds", q, {"kind": kind})
+
+
 def sent_in_order(
     sessions: Sequence[Session], records: Sequence[RequestRecord], bundle: TokenizerBundle | None = None
 ) -> list[PromptBlocks]:
@@ -271,9 +309,13 @@ def run_case(
     spec = _fleet_spec(scenario, case, out, pca_params, workers)
     with launch(spec) as fleet:
         run, cpu = _drive(fleet, scenario, sessions, first_only=case.drive_first_only)
-        upstream = upstream_ttft_mean(
-            [httpx.get(u + "/metrics", timeout=5.0).text for u in fleet.gateway_urls]
-        )
+        pages = [httpx.get(u + "/metrics", timeout=5.0).text for u in fleet.gateway_urls]
+    extra = {
+        f"{kind} lag p{round(q * 100)} ms": 1e3 * replica_lag_quantile(pages, kind, q)
+        for kind in ("load", "prediction", "kv_events")
+        for q in (0.5, 0.9)
+    }
+    extra["event loop lag p90 ms"] = 1e3 * histogram_quantile(pages, "kvgate_event_loop_lag_seconds", 0.9)
     recs = run.records
     dump = out / "records" / f"{case.slug(scenario.name)}.jsonl"
     dump.parent.mkdir(parents=True, exist_ok=True)
@@ -288,7 +330,8 @@ def run_case(
         gateway_cpu_s=cpu,
         prefill_imbalance=imbalance(recs, NUM_WORKERS, lambda r: max(0, r.prompt_tokens - r.cached_tokens)),
         imbalance=imbalance(recs, NUM_WORKERS, lambda r: r.prompt_tokens),
-        upstream_ttft_mean_s=upstream,
+        upstream_ttft_mean_s=upstream_ttft_mean(pages),
+        extra={k: v for k, v in extra.items() if v == v},  # nan: no replica shared the state
     )
 
 
@@ -382,6 +425,18 @@ def table(results: Sequence[CaseResult], prefill_tps: float = PREFILL_TPS) -> st
             f"{queue_prefill_p50[one.case.name] * 1e3:.1f} ms; outside p50 "
             f"{outside_p50[x4.case.name] * 1e3:.1f} vs {outside_p50[one.case.name] * 1e3:.1f} ms"
         )
+    lagged = [r for r in results if r.extra]
+    if lagged:
+        lines.append("")
+        lines.append(
+            "Lags, every gateway's pooled: `load` / `prediction` = how late a replica took in the others' "
+            "changes (`kvgate_replica_lag_seconds`, the oldest change of each push or batch received), "
+            "`kv_events` = from the relaying replica receiving a worker's events to a replica applying them; "
+            "event loop = how late a 100 ms timer fired (`kvgate_event_loop_lag_seconds`):"
+        )
+        for r in lagged:
+            figures = ", ".join(f"{k} {v:.1f}" for k, v in r.extra.items())
+            lines.append(f"- {r.case.name}: {figures}")
     return "\n".join(lines) + "\n"
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from enum import Enum
 
@@ -34,6 +35,7 @@ from gateway.kvindex.stream import (
     raise_if_cancelling,
     release_relay,
 )
+from gateway.state.lag import LagRecorder
 from kvgate_core.kvcontract.events import KVEvent
 
 logger = logging.getLogger(__name__)
@@ -73,8 +75,15 @@ class RedisBackplane:
         lease_s: float,
         maxlen: int,
         warn_interval_s: float,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._redis = redis
+        self._wall = wall_clock
+        self._outbox_since = 0.0  # wall time the oldest queued prediction was queued
+        #: how old other replicas' predictions were when this one applied them
+        self.prediction_lag = LagRecorder()
+        #: how long after a relaying replica (this one included) received worker events they were applied here
+        self.event_lag = LagRecorder()
         self._client = client
         self._feed = feed
         self._apply = apply
@@ -105,7 +114,9 @@ class RedisBackplane:
         except _REDIS_DOWN as exc:
             self.mark_down(exc)
             start_id = routed_id = b"0-0"
-        self._reader = StreamReader(self._redis, self._apply, start_id=start_id)
+        self._reader = StreamReader(
+            self._redis, self._apply, start_id=start_id, lag=self.event_lag, wall_clock=self._wall
+        )
         self._routed_reader = StreamReader(
             self._redis, stream=ROUTED_STREAM, start_id=routed_id, on_payload=self._apply_routed
         )
@@ -130,12 +141,16 @@ class RedisBackplane:
 
     def note_routed(self, worker: str, hashes: Sequence[int]) -> None:
         """Queue a routing prediction for the other replicas (synchronous, O(1))."""
+        if not self._outbox:
+            self._outbox_since = self._wall()
         self._outbox.append((worker, tuple(hashes)))
         self._outbox_ready.set()
 
     def _apply_routed(self, data: bytes) -> None:
-        replica, items = decode_routed(data)
+        replica, items, queued_at = decode_routed(data)
         if replica != self._token:
+            if queued_at is not None:
+                self.prediction_lag.observe(self._wall() - queued_at)
             for worker, hashes in items:
                 self._on_routed(worker, hashes)
 
@@ -146,10 +161,9 @@ class RedisBackplane:
             batch, self._outbox = self._outbox, []
             if not batch:
                 continue
+            payload = encode_routed(self._token, batch, self._outbox_since)
             try:
-                await self._redis.xadd(
-                    ROUTED_STREAM, {b"e": encode_routed(self._token, batch)}, maxlen=10_000, approximate=True
-                )
+                await self._redis.xadd(ROUTED_STREAM, {b"e": payload}, maxlen=10_000, approximate=True)
             except _REDIS_DOWN as exc:  # predictions are hints: drop them rather than queue them
                 self.mark_down(exc)
             raise_if_cancelling()
@@ -246,7 +260,7 @@ class RedisBackplane:
 
         async def on_events(events: Sequence[KVEvent]) -> None:
             try:
-                await publish_events(self._redis, events, maxlen=self._maxlen)
+                await publish_events(self._redis, events, maxlen=self._maxlen, received_at=self._wall())
             except _REDIS_DOWN as exc:
                 self.mark_down(exc)
                 lost.events = True

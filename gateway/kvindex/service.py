@@ -46,6 +46,7 @@ from gateway.kvindex.index import KVIndex
 from gateway.kvindex.memory import MemoryIndexConfig, MemoryKVIndex
 from gateway.kvindex.shared_predictions import ReplicatedKVIndex
 from gateway.kvindex.stream import wait_for_entry
+from gateway.state.lag import LagRecorder
 from gateway.state.redis_client import is_redis_url, open_redis
 from kvgate_core.kvcontract.events import KVEvent
 
@@ -192,6 +193,14 @@ class KVService:
     def degraded(self) -> bool:
         """True while the shared state (Redis) is unreachable; always false for ``memory``."""
         return self._backplane is not None and self._backplane.degraded
+
+    def replica_lags(self) -> dict[str, LagRecorder]:
+        """How late what other replicas share arrives here (empty without a Redis backplane): ``prediction``,
+        their routing predictions; ``kv_events``, worker events from the replica that relays them (this one
+        included) to this index."""
+        if self._backplane is None:
+            return {}
+        return {"prediction": self._backplane.prediction_lag, "kv_events": self._backplane.event_lag}
 
     def attach(self, backplane: RedisBackplane) -> None:
         """Route worker feeds through a Redis backplane (before any ``add_worker``)."""

@@ -22,13 +22,17 @@ ROUTED_STREAM: Final = "kvgate:routed"
 Routed = tuple[str, tuple[int, ...]]
 
 
-def encode_routed(replica: str, items: Sequence[Routed]) -> bytes:
-    """``{"r": replica, "p": [[worker, [hashes...]], ...]}``."""
-    return orjson.dumps({"r": replica, "p": [[w, list(h)] for w, h in items]})
+def encode_routed(replica: str, items: Sequence[Routed], queued_at: float | None = None) -> bytes:
+    """``{"r": replica, "p": [[worker, [hashes...]], ...], "t": queued_at}``: ``t`` (optional) is the wall
+    time the oldest item was queued, from which receivers measure how late they see it."""
+    body: dict[str, object] = {"r": replica, "p": [[w, list(h)] for w, h in items]}
+    if queued_at is not None:
+        body["t"] = queued_at
+    return orjson.dumps(body)
 
 
-def decode_routed(data: bytes) -> tuple[str, list[Routed]]:
-    """Inverse of ``encode_routed``.
+def decode_routed(data: bytes) -> tuple[str, list[Routed], float | None]:
+    """Inverse of ``encode_routed``: the replica, its items and ``t`` (None where absent: older replicas).
 
     Raises:
         EventDecodeError: not that shape.
@@ -37,11 +41,14 @@ def decode_routed(data: bytes) -> tuple[str, list[Routed]]:
         obj = orjson.loads(data)
         replica, items = obj["r"], obj["p"]
         out = [(str(w), tuple(int(h) for h in hashes)) for w, hashes in items]
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        queued_at = obj.get("t")
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise EventDecodeError(f"bad routed entry: {exc}") from exc
     if not isinstance(replica, str):
         raise EventDecodeError("bad routed entry: replica must be a string")
-    return replica, out
+    if queued_at is not None and (type(queued_at) not in (int, float)):
+        raise EventDecodeError("bad routed entry: t must be a number")
+    return replica, out, None if queued_at is None else float(queued_at)
 
 
 class ReplicatedKVIndex:

@@ -1,8 +1,10 @@
 """The Redis stream ``kvgate:events`` shared by gateway replicas: publishing, consuming, relay leadership.
 
 Entry format: one field ``e`` holding a JSON array of KV events (a single JSON object is accepted too), so
-a publisher batches what it has. The stream is capped with ``MAXLEN ~``; a replica that falls behind the
-cap, or starts late, rebuilds from the workers' ``/kv/blocks`` snapshots, not from stream history.
+a publisher batches what it has, and optionally ``t``: the wall time the relaying replica received the batch
+from its worker, from which readers measure how late they apply it (``gateway.state.lag``). The stream is
+capped with ``MAXLEN ~``; a replica that falls behind the cap, or starts late, rebuilds from the workers'
+``/kv/blocks`` snapshots, not from stream history.
 
 Relay leadership: exactly one replica relays a given worker's SSE feed to the stream; it holds the key
 ``kvgate:relay:{worker}`` (set with a TTL, renewed by the holder) so N replicas do not publish N copies.
@@ -12,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, cast
 
 from gateway.kvindex.consumers import parse_event_payload
+from gateway.state.lag import LagRecorder
 from gateway.state.redis_client import MAX_BLOCK_S
 from kvgate_core.kvcontract.events import EVENTS_STREAM, EventDecodeError, KVEvent, encode_events
 
@@ -25,6 +29,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 EVENT_FIELD: Final = b"e"
+TIME_FIELD: Final = b"t"
 DEFAULT_MAXLEN: Final = 100_000
 
 _CLAIM_SCRIPT: Final = """
@@ -36,16 +41,25 @@ return 0
 
 
 async def publish_events(
-    redis: Redis, events: Sequence[KVEvent], *, stream: str = EVENTS_STREAM, maxlen: int = DEFAULT_MAXLEN
+    redis: Redis,
+    events: Sequence[KVEvent],
+    *,
+    stream: str = EVENTS_STREAM,
+    maxlen: int = DEFAULT_MAXLEN,
+    received_at: float | None = None,
 ) -> bytes | None:
-    """XADD one batch of events (approximately capped at ``maxlen`` entries); returns the entry id.
+    """XADD one batch of events (approximately capped at ``maxlen`` entries), with ``received_at`` (wall
+    time the batch came from its worker) as ``t`` when given; returns the entry id.
 
     Raises:
         redis.RedisError: Redis is unreachable (callers degrade, see ``service.py``).
     """
     if not events:
         return None
-    entry_id = await redis.xadd(stream, {EVENT_FIELD: encode_events(events)}, maxlen=maxlen, approximate=True)
+    fields: dict[bytes, bytes] = {EVENT_FIELD: encode_events(events)}
+    if received_at is not None:
+        fields[TIME_FIELD] = repr(received_at).encode()
+    entry_id = await redis.xadd(stream, fields, maxlen=maxlen, approximate=True)  # type: ignore[arg-type]
     return entry_id if isinstance(entry_id, bytes) else str(entry_id).encode()
 
 
@@ -78,7 +92,7 @@ class StreamReader:
     timeout outlasts); errors (Redis down) propagate to the caller's loop.
     """
 
-    __slots__ = ("_on_payload", "_redis", "_stream", "block_ms", "last_id", "num_bad_entries")
+    __slots__ = ("_on_payload", "_redis", "_stream", "_wall", "block_ms", "lag", "last_id", "num_bad_entries")
 
     def __init__(
         self,
@@ -89,9 +103,12 @@ class StreamReader:
         stream: str = EVENTS_STREAM,
         block_ms: int = int(MAX_BLOCK_S * 1000),
         on_payload: Callable[[bytes], None] | None = None,
+        lag: LagRecorder | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         """Read ``stream``: each entry's ``e`` field goes to ``on_payload``, or is parsed as KV events for
-        ``on_events``; a payload callback raises ``EventDecodeError`` for a bad entry (it is skipped)."""
+        ``on_events``; a payload callback raises ``EventDecodeError`` for a bad entry (it is skipped).
+        ``lag``: where to record how late an entry with a ``t`` field is applied."""
         if on_payload is None:
             if on_events is None:
                 raise ValueError("StreamReader needs on_events or on_payload")
@@ -106,6 +123,8 @@ class StreamReader:
         self.block_ms = block_ms
         self.last_id = start_id
         self.num_bad_entries = 0
+        self.lag = lag
+        self._wall = wall_clock
 
     async def read_once(self, count: int = 512) -> int:
         """Apply the next entries (waiting up to ``block_ms``); returns how many were read."""
@@ -130,6 +149,12 @@ class StreamReader:
         except EventDecodeError as exc:
             self.num_bad_entries += 1
             logger.warning("skipping bad entry %s on %s: %s", self.last_id, self._stream, exc)
+            return
+        if self.lag is not None and (stamp := fields.get(TIME_FIELD)) is not None:
+            try:
+                self.lag.observe(self._wall() - float(stamp))
+            except ValueError:
+                pass  # a malformed stamp tells nothing; the events were applied
 
 
 def raise_if_cancelling() -> None:

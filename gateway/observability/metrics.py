@@ -7,15 +7,16 @@ a collector, so they cost nothing per request.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gateway.fleet.breaker import BreakerState
 from gateway.fleet.registry import Fleet
 from gateway.observability.series import LabelledCounter, LabelledHistogram
+from gateway.state.lag import LagRecorder
 from gateway.state.protocols import LoadBoard
 from kvgate_core.spans import stage_span
 
@@ -83,6 +84,30 @@ class IndexCollector(Collector):
         yield from (blocks, mem)
 
 
+class ReplicaLagCollector(Collector):
+    """Scrape-time histogram of how late this replica saw the other replicas' changes, per kind (``load``:
+    the load board's figures; ``prediction``: routing predictions), from ``gateway.state.lag``."""
+
+    def __init__(self, sources: Mapping[str, LagRecorder]) -> None:
+        self._sources = dict(sources)
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            "kvgate_replica_lag_seconds",
+            "Age of another gateway replica's change (load figures, routing predictions) when this replica "
+            "took it in: the oldest change of each push or batch received",
+            labels=["kind"],
+        )
+        for kind, recorder in self._sources.items():
+            buckets = [(_bound(bound), float(n)) for bound, n in recorder.cumulative()]
+            family.add_metric([kind], buckets, recorder.sum)
+        yield family
+
+
+def _bound(seconds: float) -> str:
+    return "+Inf" if seconds == float("inf") else repr(seconds)
+
+
 class Metrics:
     """The gateway's metrics; one instance per app."""
 
@@ -131,6 +156,11 @@ class Metrics:
     def attach_index(self, num_blocks: Callable[[], int], bytes_per_block: int = 120) -> None:
         """Expose the KV index's size (``bytes_per_block``: measured cost of one entry)."""
         self.registry.register(IndexCollector(num_blocks, bytes_per_block))
+
+    def attach_replica_lag(self, sources: Mapping[str, LagRecorder]) -> None:
+        """Expose how late this replica sees the others' changes; with no ``sources`` (memory state) the
+        family is declared without samples, so dashboards and alerts name a metric every gateway exports."""
+        self.registry.register(ReplicaLagCollector(sources))
 
     def _child(self, family: Counter | Histogram, *labels: str) -> Counter | Histogram:
         key = (family._name, *labels)

@@ -158,6 +158,10 @@ async def test_two_replicas_share_one_relay_per_worker(
         assert not one.degraded and not two.degraded
         assert worker.num_subscribers == 1
         assert await stream_entries_mentioning(redis, str(marker).encode()) == 1
+        # the relay stamps when it got each batch; both replicas (the relaying one too) measure the lag
+        for replica in (one, two):
+            lag = replica.replica_lags()["kv_events"]
+            assert lag.count >= 1 and 0.0 <= lag.sum < 5.0 * lag.count
     await redis.aclose()
 
 
@@ -273,6 +277,9 @@ async def test_a_prediction_made_on_one_replica_is_seen_by_another(
         assert gpu_blocks(one, "reg-a", [1, 2, 3]) == 3  # local at once
         await eventually(lambda: gpu_blocks(two, "reg-a", [1, 2, 3]) == 3)
         assert gpu_blocks(one, "reg-b", [1]) == 0
+        received, sent = two.replica_lags()["prediction"], one.replica_lags()["prediction"]
+        assert received.count == 1 and 0.0 <= received.sum < 5.0  # how late it came
+        assert sent.count == 0  # a replica reads its own entries back, and skips them
 
 
 async def test_a_replica_that_stops_hands_its_relay_leases_over(

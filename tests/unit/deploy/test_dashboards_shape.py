@@ -85,6 +85,7 @@ def test_dashboard_covers_the_operator_questions() -> None:
         "kvgate_state_degraded",
         "kvgate_upstream_shed_total",
         "kvgate_event_loop_lag_seconds_bucket",
+        "kvgate_replica_lag_seconds_bucket",
     ):
         assert needle in exprs, needle
     assert 'worker=~"$worker"' in exprs
@@ -138,7 +139,8 @@ def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
 
 
 def test_alerts_fire_on_the_series_that_should_fire_them() -> None:
-    """alerts_test.yaml: a cycling breaker, a 10% 5xx ratio, Redis down, connection-wait timeouts."""
+    """alerts_test.yaml: a cycling breaker, a 10% 5xx ratio, Redis down, connection-wait timeouts, a replica
+    that sees the others' load late."""
     out = subprocess.run(
         [_promtool(), "test", "rules", str(ALERTS.with_name("alerts_test.yaml"))],
         capture_output=True,

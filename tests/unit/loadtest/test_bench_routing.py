@@ -16,6 +16,7 @@ from loadtest.bench_routing import (
     DEFAULT_CASES,
     imbalance,
     outside_ttfts,
+    replica_lag_quantile,
     sent_in_order,
     upstream_ttft_mean,
     worker_ttfts,
@@ -148,3 +149,28 @@ def test_upstream_ttft_mean_pools_every_route_of_every_gateway() -> None:
     two = 'kvgate_ttfb_seconds_count{route="completions"} 4.0\nkvgate_ttfb_seconds_sum{route="completions"} 0.12\n'
     assert upstream_ttft_mean([one, two]) == pytest.approx((0.06 + 0.02 + 0.12) / 8)
     assert math.isnan(upstream_ttft_mean(["kvgate_ttfb_seconds_count 0.0\n", ""]))
+
+
+def test_replica_lag_quantiles_pool_every_gateway_and_interpolate_in_a_bucket() -> None:
+    from gateway.observability.metrics import Metrics
+    from gateway.state.lag import LagRecorder
+
+    pages = []
+    for lags in ((0.004, 0.004), (0.008, 0.009)):  # two gateways' load lags; no predictions anywhere
+        recorder = LagRecorder()
+        for seconds in lags:
+            recorder.observe(seconds)
+        metrics = Metrics()
+        metrics.attach_replica_lag({"load": recorder, "prediction": LagRecorder()})
+        pages.append(metrics.render().decode())
+    # four observations: two in (3, 5] ms, two in (7.5, 10] ms
+    assert replica_lag_quantile(pages, "load", 0.5) == pytest.approx(0.005)
+    assert replica_lag_quantile(pages, "load", 0.25) == pytest.approx(0.004)  # half-way into (3, 5]
+    assert replica_lag_quantile(pages, "load", 1.0) == pytest.approx(0.01)
+    assert math.isnan(replica_lag_quantile(pages, "prediction", 0.5))
+    assert math.isnan(replica_lag_quantile(["kvgate_ttfb_seconds_count 0.0\n"], "load", 0.5))
+    recorder = LagRecorder()
+    recorder.observe(9.0)  # above the last bound: the last bound is all a histogram says
+    metrics = Metrics()
+    metrics.attach_replica_lag({"load": recorder})
+    assert replica_lag_quantile([metrics.render().decode()], "load", 0.5) == 5.0

@@ -89,3 +89,40 @@ async def test_the_backplane_runs_on_the_client_it_is_handed_and_leaves_it_open(
             names = {c["name"] for c in await redis.client_list()} - {""}  # unnamed: other tests' clients
             assert names == {"shared"}  # no client of the service's own (it would be "kvgate-gateway")
         assert await redis.ping()  # still open: the state closes it, not the service
+
+
+@pytest.mark.redis
+async def test_a_replica_measures_how_late_relayed_events_are_applied(redis_url: str) -> None:
+    import time
+
+    from gateway.kvindex.stream import publish_events
+    from gateway.state.redis_client import open_redis
+    from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
+
+    stored = KVEvent(worker="w", type=EventType.STORED, tier=Tier.GPU, hashes=(7, 8))
+    async with (
+        open_redis(redis_url) as redis,
+        httpx.AsyncClient() as client,
+        open_kv_service(state_url=redis_url, redis=redis, block_size=16, client=client) as kv,
+    ):
+        lags = kv.replica_lags()
+        assert set(lags) == {"prediction", "kv_events"}
+        await kv.wait_for_stream(await publish_events(redis, [stored]) or b"")  # no stamp: an older relay
+        assert lags["kv_events"].count == 0
+        received_at = time.time() - 0.2  # as if the relaying replica got it from its worker 200 ms ago
+        entry_id = await publish_events(redis, [stored], received_at=received_at)
+        await kv.wait_for_stream(entry_id or b"")
+        assert lags["kv_events"].count == 1
+        assert 0.2 <= lags["kv_events"].sum < 5.0
+        await redis.xadd("kvgate:events", {b"e": b"[]", b"t": b"soon"})  # a bad stamp: applied, not counted
+        entry_id = await publish_events(redis, [stored], received_at=time.time())
+        await kv.wait_for_stream(entry_id or b"")
+        assert lags["kv_events"].count == 2
+
+
+async def test_a_gateway_on_memory_state_measures_no_replica_lag() -> None:
+    async with (
+        httpx.AsyncClient() as client,
+        open_kv_service(state_url="memory", block_size=16, client=client) as kv,
+    ):
+        assert kv.replica_lags() == {}

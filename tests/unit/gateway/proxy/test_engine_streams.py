@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import orjson
 import pytest
@@ -24,7 +24,7 @@ from gateway.proxy.shaping import shape
 from gateway.proxy.stream import Result, StreamRelay
 from gateway.routing.router import Routed
 from gateway.settings import Timeouts
-from kvgate_core.h1 import H1Pool, Target
+from kvgate_core.h1 import Target
 from kvgate_core.h1_connection import UpstreamConnectionError
 from kvgate_core.tokenize.request_prompt import Endpoint
 from policies.api import Decision, Role, RouteRequest, WorkerId
@@ -66,13 +66,21 @@ class ScriptedConnection:
             raise UpstreamConnectionError("worker closed the connection")
         return b""
 
+    async def read_all(self) -> bytes:
+        """The rest of the body (the relay reads an error status's body this way)."""
+        body = b"".join(self.reads)
+        self.reads.clear()
+        if self.broken:
+            raise UpstreamConnectionError("worker closed the connection")
+        return body
+
 
 @dataclass
 class ScriptedPool:
     conn: ScriptedConnection
     released: int = 0
 
-    async def post(self, target: Target, request: bytes, cap: int | None = None) -> ScriptedConnection:
+    async def post(self, target: Target, request: bytes, limit: int | None = None) -> ScriptedConnection:
         return self.conn
 
     def release(self, target: Target, conn: ScriptedConnection) -> None:
@@ -121,7 +129,7 @@ async def relay(
         sent.append(message)
 
     out = Relayed(Result(0, ok=False), b"", record)
-    relayer = StreamRelay(cast(H1Pool, pool), Timeouts(connect_s=1.0, ttfb_s=2.0, idle_s=2.0))
+    relayer = StreamRelay(pool, Timeouts(connect_s=1.0, ttfb_s=2.0, idle_s=2.0))
     out.result = await relayer.relay(
         routed, Target.parse(record.url), b"", _never_disconnects, send, want_usage=True,
         on_answered=lambda *, answered: out.answered.append(answered), shaped=shaped,
