@@ -221,7 +221,7 @@ def histogram_quantile(
 
 
 def replica_lag_quantile(metrics_pages: Sequence[str], kind: str, q: float) -> float:
-    """``histogram_quantile`` of ``kvgate_replica_lag_seconds{kind}`` (``load`` or ``prediction``)."""
+    """``histogram_quantile`` of ``kvgate_replica_lag_seconds{kind}``: load, prediction or kv_events."""
     return histogram_quantile(metrics_pages, "kvgate_replica_lag_seconds", q, {"kind": kind})
 
 

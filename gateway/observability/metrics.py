@@ -85,8 +85,9 @@ class IndexCollector(Collector):
 
 
 class ReplicaLagCollector(Collector):
-    """Scrape-time histogram of how late this replica saw the other replicas' changes, per kind (``load``:
-    the load board's figures; ``prediction``: routing predictions), from ``gateway.state.lag``."""
+    """Scrape-time histogram of how late this replica saw what the replicas share, per kind (``load``: the
+    other replicas' load board figures; ``prediction``: their routing predictions; ``kv_events``: worker
+    events from the replica relaying them), from ``gateway.state.lag``."""
 
     def __init__(self, sources: Mapping[str, LagRecorder]) -> None:
         self._sources = dict(sources)
@@ -94,8 +95,8 @@ class ReplicaLagCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         family = HistogramMetricFamily(
             "kvgate_replica_lag_seconds",
-            "Age of another gateway replica's change (load figures, routing predictions) when this replica "
-            "took it in: the oldest change of each push or batch received",
+            "Age of what gateway replicas share when this replica took it in: the oldest change of each "
+            "push or batch received (kind: load figures, routing predictions, relayed KV events)",
             labels=["kind"],
         )
         for kind, recorder in self._sources.items():

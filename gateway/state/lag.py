@@ -1,9 +1,10 @@
 """How late one replica sees another replica's routing: a small fixed-bucket histogram.
 
-Replicas share two things whose delay decides how well they route together: the load board's figures
-(``gateway.state.redis``) and the routing predictions (``gateway.kvindex.shared_predictions``). Each
-receiver measures, per change it takes in, the wall-clock time since the sending replica made it (the
-*oldest* change in what it receives, so the figure is an upper bound for the rest of that batch). The
+Replicas share three things whose delay decides how well they route together: the load board's figures
+(``gateway.state.redis``), the routing predictions (``gateway.kvindex.shared_predictions``) and the workers'
+KV events one replica relays for all (``gateway.kvindex.relay``). Each receiver measures, per push or batch
+it takes in, the wall-clock time since the sending replica made (or received) its *oldest* change, so the
+figure is an upper bound for the rest of that batch. The
 recorder only counts; ``gateway.observability`` exposes it as ``kvgate_replica_lag_seconds{kind}``.
 Across machines the figure includes their clock skew.
 """
