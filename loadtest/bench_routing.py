@@ -45,7 +45,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.settings import DEFAULT_POLICY
 from kvgate_core.tokenize.bundle import TokenizerBundle, byte_bundle
@@ -54,6 +53,7 @@ from loadtest.driver import DriverConfig, RequestRecord, RunResult, run_load
 from loadtest.fleet import Fleet, FleetSpec, launch
 from loadtest.foreign_fleet import WORD_BLOCK_SIZE, WorkerFleet, as_words, worker_tokens_per_token
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
+from loadtest.proc_stats import merged, parse_histogram
 from loadtest.report import percentile, summarize
 from loadtest.router_cmd import tree_cpu_s
 from loadtest.trace import TraceOptions, trace_sessions
@@ -191,33 +191,9 @@ def upstream_ttft_mean(metrics_pages: Sequence[str]) -> float:
 def histogram_quantile(
     metrics_pages: Sequence[str], family: str, q: float, labels: Mapping[str, str] | None = None
 ) -> float:
-    """The ``q`` quantile (0–1) of the histogram ``family`` (its samples with ``labels``) pooled over every
-    gateway's page, linearly interpolated inside its bucket (Prometheus's ``histogram_quantile``); nan
-    without observations."""
-    want = dict(labels or {})
-    cumulative: dict[float, float] = defaultdict(float)
-    for page in metrics_pages:
-        for fam in text_string_to_metric_families(page):
-            if fam.name != family:
-                continue
-            for sample in fam.samples:
-                if sample.name.endswith("_bucket") and all(
-                    sample.labels.get(k) == v for k, v in want.items()
-                ):
-                    cumulative[float(sample.labels["le"])] += sample.value
-    bounds = sorted(cumulative)
-    if not bounds or cumulative[bounds[-1]] <= 0:
-        return float("nan")
-    rank = q * cumulative[bounds[-1]]
-    lower, below = 0.0, 0.0
-    for bound in bounds:
-        count = cumulative[bound]
-        if count >= rank:
-            if bound == float("inf"):
-                return lower  # above the last finite bound: that bound is all one can say
-            return lower + (bound - lower) * ((rank - below) / (count - below) if count > below else 1.0)
-        lower, below = bound, count
-    return lower
+    """The ``q`` quantile of the histogram ``family`` (its series with ``labels``) pooled over every gateway's
+    page (``Histogram.quantile``); nan without observations."""
+    return merged(parse_histogram(page, family, labels) for page in metrics_pages).quantile(q)
 
 
 def replica_lag_quantile(metrics_pages: Sequence[str], kind: str, q: float) -> float:

@@ -11,8 +11,12 @@ import contextlib
 import math
 import os
 import resource
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 LAG_METRIC = "kvgate_event_loop_lag_seconds"
 
@@ -55,23 +59,53 @@ class Histogram:
     total_s: float = 0.0
     count: float = 0.0
 
+    def quantile(self, q: float) -> float:
+        """The ``q`` quantile (0–1), linearly interpolated inside its bucket as Prometheus's
+        ``histogram_quantile`` does (above the last finite bound: that bound); nan without observations."""
+        if not self.buckets or self.buckets[-1][1] <= 0:
+            return math.nan
+        rank = q * self.buckets[-1][1]
+        lower = below = 0.0
+        for bound, count in self.buckets:
+            if count >= rank:
+                if bound == math.inf:
+                    return lower
+                return lower + (bound - lower) * ((rank - below) / (count - below) if count > below else 1.0)
+            lower, below = bound, count
+        return lower
 
-def parse_histogram(text: str, name: str = LAG_METRIC) -> Histogram:
-    """The unlabelled histogram ``name`` from Prometheus text exposition (empty if absent)."""
-    buckets: list[tuple[float, float]] = []
+
+def parse_histogram(text: str, name: str = LAG_METRIC, labels: Mapping[str, str] | None = None) -> Histogram:
+    """The histogram ``name`` from Prometheus text exposition, its series carrying ``labels`` summed (every
+    series when None); empty if absent."""
+    want = dict(labels or {})
+    buckets: defaultdict[float, float] = defaultdict(float)
     total = count = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name):
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
             continue
-        key, _, value = line.rpartition(" ")
-        if key.startswith(f'{name}_bucket{{le="'):
-            le = key[len(name) + 12 : -2]
-            buckets.append((math.inf if le == "+Inf" else float(le), float(value)))
-        elif key == f"{name}_sum":
-            total = float(value)
-        elif key == f"{name}_count":
-            count = float(value)
-    return Histogram(tuple(sorted(buckets)), total, count)
+        for s in family.samples:
+            if any(s.labels.get(k) != v for k, v in want.items()):
+                continue
+            if s.name == f"{name}_bucket":
+                buckets[float(s.labels["le"])] += s.value
+            elif s.name == f"{name}_sum":
+                total += s.value
+            elif s.name == f"{name}_count":
+                count += s.value
+    return Histogram(tuple(sorted(buckets.items())), total, count)
+
+
+def merged(histograms: Iterable[Histogram]) -> Histogram:
+    """Scrapes of several processes as one histogram: counts per bound, sums and counts added."""
+    buckets: defaultdict[float, float] = defaultdict(float)
+    total = count = 0.0
+    for h in histograms:
+        for bound, n in h.buckets:
+            buckets[bound] += n
+        total += h.total_s
+        count += h.count
+    return Histogram(tuple(sorted(buckets.items())), total, count)
 
 
 @dataclass(frozen=True, slots=True)
