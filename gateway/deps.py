@@ -13,13 +13,14 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
 
 from gateway.analyze.analyzer import PromptAnalyzer
 from gateway.analyze.factory import TokenizerChoice, analyzer_for, resolve_tokenizer
+from gateway.analyze.offload import LargeBodyOffload
 from gateway.engines.block_probe import probe_byte_block
 from gateway.errors import ConfigError
 from gateway.feeds import EventFollower, FeedHooks, FeedRunner, detect_fleet
@@ -105,6 +106,8 @@ class Deps:
     metrics: Metrics
     pools: PoolBalancer | None = None  # PD role pools (``--role-pools``)
     follower: EventFollower | None = None  # starts each worker's KV-event feed once its engine is known
+    #: parses and analyses large bodies off the event loop (``gateway.analyze.offload``)
+    offload: LargeBodyOffload = field(default_factory=LargeBodyOffload)
 
     def on_worker_added(self, record: WorkerRecord, spec: WorkerSpec | None = None) -> None:
         """A worker registered at run time: once its health probe has detected its engine, its KV events are
@@ -345,6 +348,7 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
             kv_index=kv.index if kv is not None else None, block_size=settings.block_size, metrics=metrics,
             feedback=PrefixFeedback(metrics.registry) if kv is not None else None,
             upstream_queue=UpstreamQueue(upstream), units=kv,
+            max_blocks=-(-settings.max_prefix_tokens // settings.block_size),
         )  # fmt: skip
         owners_config = OwnersConfig(settings.response_max_entries, settings.response_ttl_s)
         owners: ResponseOwners = (
@@ -370,8 +374,10 @@ async def open_deps(settings: Settings, overrides: DepsOverrides | None = None) 
             )  # fmt: skip
         except ValueError as exc:
             raise ConfigError(f"--role-pools: {exc}") from None
+        offload = LargeBodyOffload(settings.offload)
+        stack.callback(offload.close)
         yield Deps(
-            pools=pools, follower=follower,
+            pools=pools, follower=follower, offload=offload,
             settings=settings, state=state, control=control, upstream=upstream, policy=policy,
             analyzer=analyzer, kv=kv, fleet=fleet, router=router, proxy=proxy, health=health, metrics=metrics,
         )  # fmt: skip

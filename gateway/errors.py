@@ -6,12 +6,14 @@
     ├── ClientError            4xx: the request is wrong
     │   ├── InvalidRequest         400 invalid_request_error
     │   ├── Unauthorized           401 invalid_api_key (+ www-authenticate)
+    │   ├── Forbidden              403 (the control plane refused: admin mode, worker allow-list)
     │   ├── ModelNotFound          404 model_not_found
     │   ├── ResponseNotFound       404 response_not_found (a Responses API id no worker holds)
     │   ├── NotFound               404 (admin resources)
     │   ├── Conflict               409 (admin resources)
     │   ├── BodyTooLarge           413
     │   ├── UnsupportedMediaType   415
+    │   ├── ClientGone             499 client_closed_request: the client left before its body was whole
     │   ├── RateLimited            429 rate_limit_exceeded (+ retry-after)
     │   └── ContextTooLong         400 context_length_exceeded
     ├── CapacityError          503: nobody can take it now
@@ -82,15 +84,15 @@ class ClientError(KvgateError):
     error_type = "invalid_request_error"
 
 
-class InvalidRequest(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class InvalidRequest(ClientError):  # noqa: N818 - OpenAI-style error names
     default_code = "invalid_request"
 
 
-class ContextTooLong(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class ContextTooLong(ClientError):  # noqa: N818 - OpenAI-style error names
     default_code = "context_length_exceeded"
 
 
-class Unauthorized(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class Unauthorized(ClientError):  # noqa: N818 - OpenAI-style error names
     """No valid API key; the client is told how to present one."""
 
     status = 401
@@ -100,7 +102,14 @@ class Unauthorized(ClientError):  # noqa: N818 - OpenAI-style names from STYLE �
         super().__init__(message, headers=[(b"www-authenticate", b"Bearer")])
 
 
-class RateLimited(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class Forbidden(ClientError):  # noqa: N818 - OpenAI-style error names
+    """The caller may not do this here, whatever key it presents (``code`` says why)."""
+
+    status = 403
+    default_code = "forbidden"
+
+
+class RateLimited(ClientError):  # noqa: N818 - OpenAI-style error names
     """The caller's request or token rate is spent; ``retry_after_s`` says when to come back."""
 
     status = 429
@@ -111,35 +120,43 @@ class RateLimited(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §
         super().__init__(message, headers=[(b"retry-after", str(retry_after_s).encode())])
 
 
-class ModelNotFound(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class ModelNotFound(ClientError):  # noqa: N818 - OpenAI-style error names
     status = 404
     default_code = "model_not_found"
 
 
-class ResponseNotFound(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class ResponseNotFound(ClientError):  # noqa: N818 - OpenAI-style error names
     status = 404
     default_code = "response_not_found"
 
 
-class NotFound(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class NotFound(ClientError):  # noqa: N818 - OpenAI-style error names
     status = 404
     error_type = "not_found_error"
     default_code = "not_found"
 
 
-class Conflict(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class Conflict(ClientError):  # noqa: N818 - OpenAI-style error names
     status = 409
     default_code = "conflict"
 
 
-class BodyTooLarge(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class BodyTooLarge(ClientError):  # noqa: N818 - OpenAI-style error names
     status = 413
     default_code = "request_too_large"
 
 
-class UnsupportedMediaType(ClientError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class UnsupportedMediaType(ClientError):  # noqa: N818 - OpenAI-style error names
     status = 415
     default_code = "unsupported_media_type"
+
+
+class ClientGone(ClientError):  # noqa: N818 - OpenAI-style names, as its siblings
+    """The client disconnected before the framing said its body was complete: the body is void (never taken
+    as whole, never forwarded). Nobody reads the answer; 499 is nginx's "client closed request"."""
+
+    status = 499
+    default_code = "client_closed_request"
 
 
 class CapacityError(KvgateError):
@@ -147,11 +164,11 @@ class CapacityError(KvgateError):
     error_type = "service_unavailable_error"
 
 
-class NoHealthyWorker(CapacityError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class NoHealthyWorker(CapacityError):  # noqa: N818 - OpenAI-style error names
     default_code = "no_healthy_worker"
 
 
-class Overloaded(CapacityError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class Overloaded(CapacityError):  # noqa: N818 - OpenAI-style error names
     """The gateway's concurrency cap and its queue are full (OpenAI answers overload as ``server_error``)."""
 
     error_type = "server_error"
@@ -173,11 +190,11 @@ class UpstreamError(KvgateError):
     error_type = "upstream_error"
 
 
-class WorkerUnavailable(UpstreamError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class WorkerUnavailable(UpstreamError):  # noqa: N818 - OpenAI-style error names
     default_code = "worker_unavailable"
 
 
-class WorkerTimeout(UpstreamError):  # noqa: N818 - OpenAI-style names from STYLE §2.8
+class WorkerTimeout(UpstreamError):  # noqa: N818 - OpenAI-style error names
     status = 504
     default_code = "worker_timeout"
 

@@ -1,5 +1,9 @@
 """``kvgate gateway``: flags, then an HTTP server on uvloop serving ``create_app``: the lean one in
-``kvgate_core.h1_server`` (``--http-server kvgate``, the default), or uvicorn (``--http-server uvicorn``)."""
+``kvgate_core.h1_server`` (``--http-server kvgate``, the default), or uvicorn (``--http-server uvicorn``),
+both with the client limits of ``gateway.client_limits``.
+
+Why not granian (measured 2026-12-07, ``docs/security.md``): through ASGI it cost 1.5-2x the lean server's
+CPU per proxied request at 64 connections and 2.1-2.9x at one, and it has no body deadline."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import uvicorn
 
 from gateway.app import GatewayApp, create_app
 from gateway.child_process import ChildRole, label_logs, reuse_port_socket, tag_responses
+from gateway.client_limits import KEEP_ALIVE_S, add_client_limit_arguments, client_limits_from_args
 from gateway.deps import Deps, DepsOverrides, preflight
 from gateway.errors import ConfigError
 from gateway.observability.logging import configure as configure_logging
@@ -31,6 +36,9 @@ from gateway.settings import (
     BYTE_BLOCK_SIZE,
     DEFAULT_BLOCK_SIZE,
     DEFAULT_HALF_LIFE_S,
+    DEFAULT_INLINE_BYTES,
+    DEFAULT_MAX_CONTAINERS,
+    DEFAULT_MAX_PREFIX_TOKENS,
     DEFAULT_POLICY,
     Settings,
     Timeouts,
@@ -40,6 +48,7 @@ from gateway.settings import (
     parse_connections,
 )
 from gateway.state.redis_client import is_redis_url
+from gateway.uvicorn_limits import limited_protocol
 from kvgate_core import native
 from kvgate_core.asgi import ASGIApp
 from kvgate_core.config import parse_layered
@@ -59,8 +68,6 @@ _BASE_FDS = 64
 _UNLIMITED_TARGET = 1 << 20
 #: the HTTP servers ``--http-server`` picks from
 HTTP_SERVERS = ("uvicorn", "kvgate")
-#: seconds an idle client keep-alive connection stays open (both servers)
-_KEEP_ALIVE_S = 30
 #: ``--http-server``'s help
 HTTP_SERVER_HELP = (
     "HTTP server for client connections: kvgate (default: the lean asyncio + httptools server, less CPU "
@@ -103,6 +110,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-body-bytes", type=int, default=8 * 1024 * 1024, help="request body limit (413)"
     )
+    parser.add_argument(
+        "--analyze-inline-bytes", type=int, default=DEFAULT_INLINE_BYTES,
+        help="larger bodies are parsed and analysed on a thread of their own, off the event loop (default "
+        f"{DEFAULT_INLINE_BYTES})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-prefix-tokens", type=int, default=DEFAULT_MAX_PREFIX_TOKENS,
+        help="the prompt prefix, in tokens, that routing looks up in the KV index and records (longer "
+        f"prompts are routed on this prefix; default {DEFAULT_MAX_PREFIX_TOKENS})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-body-objects", type=int, default=DEFAULT_MAX_CONTAINERS,
+        help="JSON objects and arrays a body above --analyze-inline-bytes may hold, counted before it is "
+        f"parsed (more: 400; default {DEFAULT_MAX_CONTAINERS})",
+    )  # fmt: skip
     parser.add_argument(
         "--connect-timeout-s", type=float, default=t.connect_s, help="upstream connect deadline"
     )
@@ -174,6 +196,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--process-index", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     add_security_arguments(parser)
+    add_client_limit_arguments(parser)
 
 
 def _processes(text: str) -> int:
@@ -201,14 +224,18 @@ def build_asgi(
     reload_source: WorkerSource | None = None,
     deps: DepsOverrides | None = None,
 ) -> ASGIApp:
-    """The gateway app wrapped in its protective layers (auth, limits, admission, tracing)."""
+    """The gateway app wrapped in its protective layers (auth and the control plane's access mode for
+    ``settings.host``, limits, admission, tracing), with the worker allow-list of ``POST /admin/workers``."""
     tracer = None
     if security.trace:
         provider = build_tracer_provider(otlp_endpoint=security.otlp_endpoint)
         tracer = provider.get_tracer("kvgate.gateway")
     app = create_app(settings, deps, reload_source=reload_source)
+    # what POST /admin/workers may register (gateway.api.admin_routes reads it from the app's state)
+    app.state.worker_allow = security.worker_allow_for(w.url for w in settings.workers)
+    logger.info("POST /admin/workers may register workers at: %s", app.state.worker_allow)
     redis = _state_redis(app) if is_redis_url(settings.state_url) else None
-    return wrap_app(app, security, redis=redis, tracer=tracer)
+    return wrap_app(app, security, host=settings.host, redis=redis, tracer=tracer)
 
 
 def _state_redis(app: GatewayApp) -> Callable[[], Redis | None]:
@@ -230,12 +257,13 @@ def serve(
     child: ChildRole | None = None,
     http_server: str = "kvgate",
     reraise_signal: bool = False,
+    limits: ServerLimits | None = None,
 ) -> bool:
     """Run the gateway until SIGINT/SIGTERM (graceful: in-flight requests get ``grace_s``); as ``child``
     of a ``--processes`` parent, on a port it shares with its siblings; with ``http_server`` (one of
     ``HTTP_SERVERS``) handling the client connections. ``reraise_signal``: once shut down, raise the
     signal that stopped the server again, for a caller whose own handler says how the process ended
-    (``kvgate demo``; uvicorn always does this).
+    (``kvgate demo``; uvicorn always does this). ``limits``: the client connections' (``--client-*``).
 
     Raises:
         ConfigError: the preflight (``gateway.deps.preflight``) found the configuration unworkable.
@@ -255,8 +283,9 @@ def serve(
     if child is not None:
         app = tag_responses(app, child.index)
     on_started = child.report_ready if child is not None else None
+    if limits is None:
+        limits = ServerLimits(keep_alive_s=KEEP_ALIVE_S)
     if http_server == "kvgate":
-        limits = ServerLimits(keep_alive_s=_KEEP_ALIVE_S)
         lean = H1Server(app, grace_s=grace_s, limits=limits, backlog=4096, on_started=on_started)
         gc.freeze()  # as below
         lean.run(settings.host, settings.port, sockets)
@@ -268,12 +297,13 @@ def serve(
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        http=limited_protocol(limits),
         lifespan="on",
         access_log=False,
         log_level=settings.log_level,
         backlog=4096,
-        timeout_keep_alive=_KEEP_ALIVE_S,
+        timeout_keep_alive=max(1, math.ceil(limits.keep_alive_s)),
+        h11_max_incomplete_event_size=limits.max_head_bytes,
         timeout_graceful_shutdown=max(1, math.ceil(grace_s)),
     )
     server = _Server(config, on_started)
@@ -404,6 +434,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = from_args(args)
         security = security_from_args(args)
+        limits = client_limits_from_args(args)
         if not settings.workers:
             raise ConfigError("give at least one --worker URL (or KVGATE_WORKER / worker: in --config)")
         raise_open_files_limit(settings)
@@ -414,11 +445,13 @@ def run(args: argparse.Namespace) -> int:
             if code is not None:
                 return code
         source = _worker_source(argv) if argv is not None else None
-        started = serve(settings, security, args.shutdown_grace_s, source, child, args.http_server)
+        started = serve(
+            settings, security, args.shutdown_grace_s, source, child, args.http_server, limits=limits
+        )
     except ConfigError as exc:
         sys.stderr.write(f"kvgate gateway: {exc.message}\n")
         return 2
-    except ValueError as exc:  # security flags
+    except ValueError as exc:  # security and client-limit flags
         sys.stderr.write(f"kvgate gateway: {exc}\n")
         return 2
     return 0 if started else 1

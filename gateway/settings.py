@@ -181,6 +181,29 @@ class BreakerSettings:
     open_s: float = 5.0
 
 
+DEFAULT_INLINE_BYTES = 256 * 1024
+DEFAULT_MAX_CONTAINERS = 65_536
+DEFAULT_MAX_WAITING = 8
+#: the prompt prefix routing weighs, in tokens (``gateway.routing.router.Router``'s ``max_blocks``)
+DEFAULT_MAX_PREFIX_TOKENS = 131_072
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadLimits:
+    """``inline_bytes``: bodies up to this size are handled on the loop; ``max_containers``: JSON objects and
+    arrays a larger body may hold; ``max_waiting``: large bodies waiting for the analysis thread;
+    ``threads``: analysis threads."""
+
+    inline_bytes: int = DEFAULT_INLINE_BYTES
+    max_containers: int = DEFAULT_MAX_CONTAINERS
+    max_waiting: int = DEFAULT_MAX_WAITING
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        if min(self.inline_bytes, self.max_containers, self.threads) < 1 or self.max_waiting < 0:
+            raise ValueError("offload limits must be positive (max_waiting may be 0)")
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Everything the gateway needs to start."""
@@ -198,6 +221,10 @@ class Settings:
     #: with the byte fallback, bytes per engine token as the start-up probe learned it (None: not learned)
     bytes_per_token: float | None = None
     max_body_bytes: int = 8 * 1024 * 1024
+    #: bodies above ``offload.inline_bytes``: parsed and analysed off the loop (``gateway.analyze.offload``)
+    offload: OffloadLimits = field(default_factory=OffloadLimits)
+    #: a prompt's prefix that routing looks up and records, in tokens (``Router``'s ``max_blocks``)
+    max_prefix_tokens: int = DEFAULT_MAX_PREFIX_TOKENS
     max_tokens_limit: int = 1_000_000
     timeouts: Timeouts = field(default_factory=Timeouts)
     retry: RetrySettings = field(default_factory=RetrySettings)
@@ -314,6 +341,10 @@ def from_args(args: argparse.Namespace) -> Settings:
         block_size=args.block_size or DEFAULT_BLOCK_SIZE,
         block_size_given=args.block_size is not None,
         max_body_bytes=int(_positive("max_body_bytes", args.max_body_bytes)),
+        offload=_offload(args),
+        max_prefix_tokens=int(
+            _positive("max_prefix_tokens", getattr(args, "max_prefix_tokens", DEFAULT_MAX_PREFIX_TOKENS))
+        ),
         timeouts=Timeouts(
             connect_s=_positive("connect_timeout_s", args.connect_timeout_s),
             ttfb_s=_positive("ttfb_timeout_s", args.ttfb_timeout_s),
@@ -358,3 +389,13 @@ def _unique(specs: Sequence[WorkerSpec] | Any) -> tuple[WorkerSpec, ...]:
             raise ConfigError(f"worker id {spec.id!r} is given twice; give each a distinct URL or #id=")
         out[spec.id] = spec
     return tuple(out.values())
+
+
+def _offload(args: argparse.Namespace) -> OffloadLimits:
+    try:
+        return OffloadLimits(
+            inline_bytes=getattr(args, "analyze_inline_bytes", DEFAULT_INLINE_BYTES),
+            max_containers=getattr(args, "max_body_objects", DEFAULT_MAX_CONTAINERS),
+        )
+    except ValueError:
+        raise ConfigError("--analyze-inline-bytes and --max-body-objects must be positive") from None

@@ -1,4 +1,4 @@
-"""A minimal keep-alive HTTP/1.1 client for the proxy's POSTs to workers, with a connection cap per worker.
+"""The proxy's keep-alive HTTP/1.1 client to workers, with a connection cap per worker (compiled with mypyc).
 
 Why not aiohttp or httpx here: per proxied request their client machinery costs more CPU than the rest of
 the gateway together (``loadtest/bench_proxy.py`` measures it). This client does only what the proxy needs:
@@ -13,6 +13,10 @@ connection above that, and connects paced to a few in flight per host. Without t
 requests arriving at once open thousands of connections, overflow the worker's listen backlog and fail
 after the connect deadline; with it they wait for a keep-alive connection, or are refused at once
 (``PoolSaturatedError``, nothing sent) when the wait queue is full too.
+
+It takes from a worker exactly what each response's framing says (``kvgate_core.h1_connection``): a
+connection that carried anything after a response, or whose response ended at its close, is closed at once
+and dropped on ``release``, never handed to another request.
 
 Failures surface as ``UpstreamConnectionError`` (an ``OSError``). A request that fails on a *reused* idle
 connection before any response byte is retried once on a fresh connection, because the worker may have

@@ -1,9 +1,16 @@
 """``/admin/workers`` (list, register, drain, undrain), ``/admin/route`` (explain a decision, forward
-nothing) and ``/admin/parity`` (the tokenizer parity self-test)."""
+nothing) and ``/admin/parity`` (the tokenizer parity self-test).
+
+Who may call them is the auth layer's business (``gateway.security.auth``, ``gateway.security.admin_access``).
+A registration names a URL the gateway will connect to: it must pass the worker allow-list
+(``gateway.security.worker_allow``, ``--worker-allow``) before the worker is added or probed.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 from fastapi import APIRouter, Request
@@ -29,8 +36,12 @@ from gateway.fleet.registry import WorkerRecord
 from gateway.openai.schema import parse_request
 from gateway.routing.parity_gate import parity_reports, parity_targets, reports_json
 from gateway.routing.router import Explanation
+from gateway.security.worker_allow import WorkerAllowList, WorkerNotAllowed
 from gateway.settings import parse_worker
 from kvgate_core.tokenize.request_prompt import Endpoint
+from policies.api import RouteRequest
+
+logger = logging.getLogger(__name__)
 
 
 def engine_info(
@@ -98,13 +109,31 @@ async def list_workers(deps: AppDeps) -> WorkerList:
     return WorkerList(workers=rows)
 
 
-async def register_worker(body: RegisterWorker, deps: AppDeps) -> WorkerInfo:
-    """Register a worker; it gets traffic once a health probe passes."""
-    fragment = f"role={body.role}" + (f"&id={body.id}" if body.id else "")
+def worker_allow(request: Request, deps: AppDeps) -> WorkerAllowList:
+    """The allow-list in force: the one the server put in the app's state (``gateway.server.build_asgi``),
+    else the default for the configured workers (an app served without the server's assembly)."""
+    configured = getattr(request.app.state, "worker_allow", None)
+    if isinstance(configured, WorkerAllowList):
+        return configured
+    return WorkerAllowList.default(w.url for w in deps.settings.workers)
+
+
+async def register_worker(body: RegisterWorker, request: Request, deps: AppDeps) -> WorkerInfo:
+    """Register a worker; it gets traffic once a health probe passes. A URL outside the worker allow-list
+    is refused (403 ``worker_not_allowed``) before anything connects to it."""
+    # encoded, so that a role or an id cannot smuggle fragment keys of its own (``&events=tcp://…``)
+    fragment = urlencode({"role": body.role, **({"id": body.id} if body.id else {})})
     try:
         spec = parse_worker(f"{body.url.split('#')[0]}#{fragment}")
     except ConfigError as exc:
         raise InvalidRequest(exc.message, param="url") from None
+    if not worker_allow(request, deps).allows(spec.url):
+        logger.warning("refused to register worker %r: not in --worker-allow", spec.url)
+        raise WorkerNotAllowed(
+            "This worker URL is not in the gateway's worker allow-list; the operator can extend it with "
+            "--worker-allow (CIDR, IP address or host name, optionally :PORT).",
+            param="url",
+        )
     record = deps.fleet.add(spec)
     deps.on_worker_added(record, spec)
     await deps.health.probe(record)
@@ -168,10 +197,19 @@ async def explain_route(request: Request, deps: AppDeps) -> RouteExplanation:
     The body is read raw and checked like a completion request's (``parse_request``), not by a model.
     """
     raw = await read_body(request.receive, deps.settings.max_body_bytes)
-    parsed = parse_request(raw, _endpoint_of(raw), max_tokens_limit=deps.settings.max_tokens_limit)
     headers = {k.lower(): v for k, v in request.headers.items()}
-    explanation = deps.router.explain(deps.router.prepare(parsed, headers))
-    return _explanation(explanation, deps.settings.block_size)
+
+    def analyse() -> RouteRequest:
+        parsed = parse_request(raw, _endpoint_of(raw), max_tokens_limit=deps.settings.max_tokens_limit)
+        return deps.router.prepare(parsed, headers)
+
+    offload = deps.offload
+    if offload.is_large(raw):  # off the loop, as the completion routes do (``gateway.analyze.offload``)
+        offload.check_structure(raw)
+        req = await offload.run(analyse)
+    else:
+        req = analyse()
+    return _explanation(deps.router.explain(req), deps.settings.block_size)
 
 
 async def check_parity_now(deps: AppDeps) -> ParityResult:
@@ -182,7 +220,7 @@ async def check_parity_now(deps: AppDeps) -> ParityResult:
 
 
 def admin_router() -> APIRouter:
-    """The ``/admin/*`` routes (``gateway.security.auth`` guards them with the admin keys, when set)."""
+    """The ``/admin/*`` routes (``gateway.security.auth`` guards them in the control plane's access mode)."""
     router = APIRouter(tags=["admin"], route_class=ControlRoute, responses=CLIENT_ERRORS)
     add_get(router, "/admin/workers", list_workers, response_model=WorkerList, operation_id="listWorkers")
     router.add_api_route(

@@ -19,6 +19,7 @@ from urllib.parse import unquote
 from gateway.api.errors import unexpected
 from gateway.errors import (
     BodyTooLarge,
+    ClientGone,
     InvalidRequest,
     KvgateError,
     NotFound,
@@ -34,6 +35,7 @@ from kvgate_core.tokenize.request_prompt import Endpoint
 
 if TYPE_CHECKING:
     from gateway.deps import Deps
+    from policies.api import RouteRequest
 
 
 def deps_of(scope: MutableMapping[str, Any]) -> Deps:
@@ -58,12 +60,16 @@ def _check_headers(headers: dict[str, str], limit: int) -> None:
 
 
 async def read_body(receive: Receive, limit: int) -> bytes:
-    """The whole request body.
+    """The whole request body: complete only when the server says so (``more_body`` false on an
+    ``http.request`` message), whichever server; an ``http.disconnect`` before that voids it.
 
     Raises:
         BodyTooLarge: it grew past ``limit`` bytes.
+        ClientGone: the client left before the body was complete.
     """
     message = await receive()
+    if message["type"] != "http.request":
+        raise ClientGone("the client disconnected before the request body was complete")
     body: bytes = message.get("body", b"")
     if not message.get("more_body", False):
         if len(body) > limit:
@@ -73,6 +79,8 @@ async def read_body(receive: Receive, limit: int) -> bytes:
     size = len(body)
     while message.get("more_body", False):
         message = await receive()
+        if message["type"] != "http.request":
+            raise ClientGone("the client disconnected before the request body was complete")
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
@@ -110,9 +118,17 @@ class _BodyEndpoint(_Endpoint):
         headers = _headers(scope)
         _check_headers(headers, limit)
         raw = await read_body(receive, limit)
-        parsed = self.parse(deps, raw)
-        req = deps.router.prepare(parsed, headers)
+        offload = deps.offload
+        if offload.is_large(raw):  # parsed and analysed off the loop: one huge prompt stalls nobody
+            offload.check_structure(raw)
+            parsed, req = await offload.run(lambda: self.analyse(deps, raw, headers))
+        else:
+            parsed, req = self.analyse(deps, raw, headers)
         await deps.proxy.handle(parsed, req, raw, receive, send)
+
+    def analyse(self, deps: Deps, raw: bytes, headers: dict[str, str]) -> tuple[ParsedRequest, RouteRequest]:
+        parsed = self.parse(deps, raw)
+        return parsed, deps.router.prepare(parsed, headers)
 
     def parse(self, deps: Deps, raw: bytes) -> ParsedRequest:
         raise NotImplementedError

@@ -74,6 +74,10 @@ class Router:
             service); None: the gateway's tokens are taken for the engines'.
         prefill_watch: this gateway's in-flight requests still waiting for their first token (a new
             ``PrefillWatch`` if None): ``WorkerView.prefill_tokens`` once the proxy reports first tokens.
+        max_blocks: a prompt's block hashes beyond this many are not looked up or recorded (0: all). Index
+            lookups and predictions run on the event loop at a few µs per block; a 7 MB prompt has ~470k
+            blocks, which held the loop for seconds. The token count stays whole; only the prefix that the
+            cache-aware choice weighs is bounded (``--max-prefix-tokens``).
     """
 
     def __init__(
@@ -92,6 +96,7 @@ class Router:
         decisions: DecisionLog | None = None,
         units: TokenUnits | None = None,
         prefill_watch: PrefillWatch | None = None,
+        max_blocks: int = 0,
     ) -> None:
         self._watch = prefill_watch if prefill_watch is not None else PrefillWatch()
         self.decisions = decisions if decisions is not None else DecisionLog()
@@ -107,6 +112,7 @@ class Router:
         self._recorder = kv_index
         self._balancer = LeastLoad(random.Random(0))
         self._block_size = block_size
+        self._max_blocks = max_blocks
         self._metrics = metrics
         self._clock = clock
 
@@ -129,6 +135,8 @@ class Router:
                 raise InvalidRequest(str(exc), param="messages") from None
             self._metrics.stage("analyze", self._clock() - start)
             num_tokens, hashes = analysis.num_tokens, analysis.block_hashes
+            if 0 < self._max_blocks < len(hashes):
+                hashes = hashes[: self._max_blocks]
         session = headers.get("x-session-id") or parsed.session_id
         return _route_request(
             model=parsed.model,

@@ -1,4 +1,5 @@
-"""One request/response exchange on a server connection: the app's ``receive`` and ``send``.
+"""One request/response exchange on a server connection: the app's ``receive`` and ``send`` (compiled with
+mypyc: see docs/development.md).
 
 The request body reaches the app through ``receive`` as it arrives (``more_body``); the response head is held
 back until the first body message so that a small response leaves in one ``transport.write``, framed by
@@ -91,6 +92,12 @@ class RequestCycle:
         self._sent = 0
         self._on_disconnect: Callable[[], None] | None = None
 
+    @property
+    def awaiting_continue(self) -> bool:
+        """True while the client waits for ``100 Continue`` before it sends the body (and no answer was
+        given instead): the body's slowness is then not the client's."""
+        return self._expect_100 and not self.complete
+
     # fed by the connection
     def feed(self, body: bytes) -> None:
         """Body bytes arrived (dropped once the response is done: nobody will read them)."""
@@ -151,7 +158,7 @@ class RequestCycle:
             logger.exception("Exception in ASGI application")
             self._fail()
         else:
-            if not self.complete:
+            if not self.complete and not self.disconnected:
                 logger.error("ASGI application returned without completing its response")
                 self._fail()
 

@@ -1,4 +1,5 @@
-"""The ASGI ``http`` scope of one request, built from what the parser saw."""
+"""The ASGI ``http`` scope of one request, built from what the parser saw (compiled with mypyc: see
+docs/development.md)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,31 @@ _METHODS = {m.encode("ascii"): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE
 Address = tuple[str, int]
 
 
+class BadTargetError(ValueError):
+    """A request target that is neither origin form (``/path?query``) nor absolute form (``http://h/p``)."""
+
+
 def split_target(url: bytes) -> tuple[bytes, bytes]:
-    """``(raw_path, query_string)`` of a request target (origin form, or absolute form via the parser)."""
+    """``(raw_path, query_string)`` of a request target (origin form, or absolute form via the parser).
+
+    Raises:
+        BadTargetError: another form (``*``, ``host:port``) or a target the parser refuses.
+    """
     if url[:1] == b"/":
-        raw_path, _, query = url.partition(b"?")
-        return raw_path, query
-    parsed = httptools.parse_url(url)
-    return parsed.path or b"/", parsed.query or b""
+        raw_path, _, raw_query = url.partition(b"?")
+        return raw_path, raw_query
+    try:
+        # typed Any: httptools' stub declares ``path``/``query`` as bytes, they are None when absent, and the
+        # compiled build checks a declared type on every read
+        parsed: Any = httptools.parse_url(url)
+    except httptools.HttpParserInvalidURLError:
+        raise BadTargetError(url[:64]) from None
+    schema: bytes | None = parsed.schema
+    path: bytes | None = parsed.path
+    query: bytes | None = parsed.query
+    if schema is None or schema.lower() not in (b"http", b"https") or (path and path[:1] != b"/"):
+        raise BadTargetError(url[:64])
+    return path or b"/", query or b""
 
 
 def build_scope(

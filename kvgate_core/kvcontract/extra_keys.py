@@ -12,7 +12,9 @@ Where they come from in a request:
 * cache salt: the body's ``cache_salt`` string (vLLM's and SGLang's field).
 * extra key: the body's ``extra_key`` string (SGLang's field; SGLang keeps requests with different extra
   keys apart in its radix cache, so the gateway must not claim a hit across them).
-* tenant: the ``x-kvgate-tenant`` header, which the gateway forwards unchanged to the worker.
+* tenant: the ``x-kvgate-tenant`` header, which the gateway forwards to the worker: as the client sent it
+  when the gateway has no client keys, else rewritten to the tenant the key may use
+  (``gateway.security.tenants``).
 """
 
 from __future__ import annotations

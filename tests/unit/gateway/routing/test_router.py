@@ -426,3 +426,17 @@ def test_every_view_field_carries_its_own_figure() -> None:
         prefill_tokens=None,
     )  # fmt: skip
     assert dataclasses.astuple(view) == pytest.approx(dataclasses.astuple(expected))
+
+
+def test_routing_weighs_a_bounded_prefix_of_a_long_prompt() -> None:
+    analyzer, index = FakeAnalyzer(), FakeIndex()
+    long_prompt = PromptAnalysis(num_tokens=5000, block_hashes=tuple(range(1, 301)))
+    analyzer.analyze = lambda *_a, **_k: long_prompt  # type: ignore[method-assign]
+    router = Router(fleet=_fleet("m"), load=MemoryLoadBoard(), policy=FakePolicy(needs=frozenset(Need)),
+                    analyzer=cast(PromptAnalyzer, analyzer), kv_index=index, block_size=16, metrics=Metrics(),
+                    max_blocks=100)  # fmt: skip
+    req = router.prepare(_parsed(), {})
+    assert req.num_prompt_tokens == 5000  # the count stays whole
+    assert req.block_hashes == tuple(range(1, 101))
+    router.route(req)
+    assert [len(hashes) for _, hashes in index.recorded] == [100]
