@@ -1,4 +1,6 @@
-"""ASGI type aliases and header access shared by the gateway's and the workers' raw ASGI layers."""
+"""ASGI type aliases and header access shared by the gateway's and the workers' raw ASGI layers.
+Compiled with mypyc (``docs/development.md``: what that rules out).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
 """A deadline for a block of awaits, like ``asyncio.timeout``, that is cheap to push later.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 A stream's idle deadline moves with every chunk. ``asyncio.Timeout.reschedule`` cancels its timer and
 arms a new one each time: a ``TimerHandle`` (a Python object) pushed on the loop's heap with Python-level

@@ -1,4 +1,5 @@
-"""The proxy's keep-alive HTTP/1.1 client to workers, with a connection cap per worker (compiled with mypyc).
+"""The proxy's keep-alive HTTP/1.1 client to workers, with a connection cap per worker.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 Why not aiohttp or httpx here: per proxied request their client machinery costs more CPU than the rest of
 the gateway together (``loadtest/bench_proxy.py`` measures it). This client does only what the proxy needs:

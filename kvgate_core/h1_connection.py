@@ -1,4 +1,5 @@
-"""One keep-alive HTTP/1.1 connection to a worker, strict about its framing (compiled with mypyc).
+"""One keep-alive HTTP/1.1 connection to a worker, strict about its framing.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 ``H1Connection`` is an asyncio protocol around httptools' response parser; ``Target`` is a worker's address.
 The pool that holds these connections, caps them per worker and queues requests for them is

@@ -1,4 +1,5 @@
 """The request path's span hooks: the active tracer and the spans opened around stages and upstream calls.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 Split from ``kvgate_core.tracing`` (the provider and the middleware) so the hooks can be compiled with the
 rest of the request path (``kvgate_core.native``): with tracing off, the default, each is a context-variable

@@ -1,4 +1,5 @@
 """``current_task``: ``asyncio.current_task()`` without an interpreted frame on CPython 3.11.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 On 3.11 ``asyncio.current_task`` is a Python function reading the C module's dict of running tasks per
 loop; called from compiled code (``kvgate_core.native``) a few times per proxied request, its frame cost

@@ -1,6 +1,6 @@
 """``python -m loadtest.bench_epp``: what ``kvgate epp`` adds behind a real Envoy, next to gateway mode.
 
-Starts two sim workers, ``kvgate epp`` (plaintext gRPC) behind Envoy (GIE.md §4.3 sketch B,
+Starts two sim workers, ``kvgate epp`` (plaintext gRPC) behind Envoy (the Inference Extension's config,
 ``override_host``), Envoy alone (round robin, no ext_proc) and ``kvgate gateway``, all on loopback. Prints:
 
 - latency, one sequential client over keep-alive HTTP/1.1, p50/p99 in ms per body size, for each path

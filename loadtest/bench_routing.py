@@ -11,7 +11,7 @@ tokens/s of prefill, 100 tokens/s of decode per sequence, 32 batch slots), and o
 a private ``redis-server`` (``pca_x4_first``, not run by default: the same four with every request sent to
 the first, to see what the other replicas cost it apart from splitting the traffic). Workloads: multi-turn
 chat and shared-prefix groups (open loop, Poisson), and the first 1,000 records of the Mooncake
-conversation trace (``../shared/traces``) replayed on token-id prompts, scaled down 32× in length (one
+conversation trace (``loadtest/data``) replayed on token-id prompts, scaled down 32× in length (one
 512-token trace block = one 16-token KV block) and sped up 10×.
 Per case: fleet cache hit rate (``cached_tokens`` / prompt tokens), the ideal hit rate
 of the same request sequence through ONE cache of the fleet's capacity (``loadtest.ideal_cache``), TTFT
@@ -56,7 +56,7 @@ from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
 from loadtest.proc_stats import merged, parse_histogram
 from loadtest.report import percentile, summarize
 from loadtest.router_cmd import tree_cpu_s
-from loadtest.trace import TraceOptions, trace_sessions
+from loadtest.trace import MOONCAKE_TRACE, TraceOptions, trace_sessions
 from loadtest.workloads import Session, WorkloadSpec, multi_turn, shared_prefix
 
 BLOCK_SIZE = 16
@@ -66,7 +66,7 @@ PREFILL_TPS = 20_000
 DECODE_TPS = 100
 MAX_RUNNING = 32
 KVGATE_FLEET = WorkerFleet(foreign=False, kv_tokens=KV_TOKENS, prefill_tps=PREFILL_TPS)
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake_conversation.jsonl"
+TRACE = MOONCAKE_TRACE
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""GIE.md §4.3's Envoy config in front of ``kvgate epp``, as a dict to dump as YAML.
+"""The Inference Extension's Envoy config (docs/engines.md) in front of ``kvgate epp``, as a dict for YAML.
 
 Sketch A (``original_dst``): an ``ORIGINAL_DST`` cluster on the destination header, the shape of GIE's e2e
 config and Envoy AI Gateway (one endpoint only). Sketch B (``override_host``): a static pool with Envoy's
@@ -85,7 +85,7 @@ def envoy_config(
     failure_mode_allow: bool,
     picker_tls: bool = False,
 ) -> dict[str, Any]:
-    """GIE.md §4.3's config, for sketch A (``original_dst``), B (``override_host``) or ``plain``.
+    """The Inference Extension's Envoy config: sketch A (``original_dst``), B (``override_host``), ``plain``.
 
     ``picker_tls``: reach the picker over TLS without verifying its certificate, as the GIE gateways do
     with an EPP's self-signed one (``kvgate epp``'s default).

@@ -8,15 +8,19 @@ holds the remainder of ``input_length``. Prompts go to ``/v1/completions`` as to
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import orjson
 
 from loadtest.workloads import Session, WorkRequest
+
+#: the Mooncake conversation trace, shipped with the repository (``loadtest/data/README.md``)
+MOONCAKE_TRACE: Final = Path(__file__).resolve().parent / "data" / "mooncake_conversation.jsonl.gz"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +52,12 @@ class TraceOptions:
 
 
 def read_trace(path: str | Path, limit: int | None = None) -> Iterator[TraceRecord]:
-    """Parse a Mooncake JSONL trace (blank lines skipped).
+    """Parse a Mooncake JSONL trace, gzipped when its name ends in ``.gz`` (blank lines skipped).
 
     Raises:
         ValueError: a line is not a valid record (its line number is in the message).
     """
-    with open(path, "rb") as fh:
+    with gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb") as fh:
         count = 0
         for lineno, line in enumerate(fh, 1):
             if not line.strip():

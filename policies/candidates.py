@@ -1,4 +1,5 @@
 """Which workers may take which part of a request, and seeded tie-breaking.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 The rule, for every built-in policy: a worker is a candidate only when it is healthy and its role can serve
 the request. A normal (non-PD) request needs a worker that both prefills and decodes, so only

@@ -78,14 +78,20 @@ def _defaults_table(plugins: Sequence[PluginDef]) -> str:
     return "\n".join(rows) if len(rows) > 2 else "This plugin takes no params."
 
 
+#: the line of a compiled module's docstring that says so (``kvgate_core.native``): not for the policy pages
+_COMPILED_MARK = "Compiled with mypyc ("
+
+
 def module_doc(module: ModuleType) -> str:
-    """A module's docstring; a module compiled with mypyc (``kvgate_core.native``) keeps none, so it is read
-    from the source beside the extension."""
-    if module.__doc__:
-        return module.__doc__
-    origin = Path(module.__file__ or "")
-    source = origin.with_name(origin.name.split(".", 1)[0] + ".py")
-    return ast.get_docstring(ast.parse(source.read_text())) or "" if source.is_file() else ""
+    """A module's docstring, without the line that says it is compiled (a note for developers); a module
+    compiled with mypyc (``kvgate_core.native``) keeps none, so it is read from the source beside the
+    extension."""
+    doc = module.__doc__
+    if not doc:
+        origin = Path(module.__file__ or "")
+        source = origin.with_name(origin.name.split(".", 1)[0] + ".py")
+        doc = ast.get_docstring(ast.parse(source.read_text())) or "" if source.is_file() else ""
+    return "\n".join(line for line in doc.split("\n") if not line.strip().startswith(_COMPILED_MARK))
 
 
 def render(module: ModuleType) -> str:

@@ -1,4 +1,5 @@
 """The OpenAI routes that reach workers (``GET /v1/models`` is in ``catalog_routes``).
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 Plain ASGI callables (no per-request dependency injection, no pydantic): read the body within the size
 limit → parse and check once → ``Router.prepare`` → ``Proxy.handle``.

@@ -1,4 +1,5 @@
 """Whether routing for cache affinity can pay off on a worker: the rule behind ``no_affinity_reason``.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 An engine without a prefix cache (DeepSpeed-MII) or with it switched off (LMDeploy's default, vLLM's
 ``--no-enable-prefix-caching``, SGLang's ``--disable-radix-cache``) recomputes every prompt whatever worker
@@ -63,7 +64,7 @@ def note_cached_tokens(facts: EngineFacts, cached_tokens: int) -> bool:
     return True
 
 
-#: the server flag that makes an engine report ``cached_tokens`` (ENGINES.md §8)
+#: the server flag that makes an engine report ``cached_tokens`` (docs/engines.md: the engine's source)
 CACHED_TOKENS_FLAGS = {
     EngineKind.VLLM: "--enable-prompt-tokens-details",
     EngineKind.SGLANG: "--enable-cache-report",

@@ -1,11 +1,11 @@
 """Engine profiles: what kvgate knows about each inference engine it can front, and what it learned.
 
 A profile (``EngineProfile``) is static knowledge about an engine kind, taken from the engine's own source
-(``../shared/ENGINES.md``): where its load signal lives and in which shape, how far its ``/health`` can be
-trusted, which tokenize route the parity probe can use, whether streams need ``include_usage`` injected,
-whether ``model`` must be rewritten to the served name, whether prefix reuse can happen at all, its default
-block size and how it publishes KV events. ``EngineFacts`` is what the gateway learned about one running
-worker (detected kind, served model, block size, KV capacity, event sources), filled by detection
+(the files read: ``docs/engines.md``): where its load signal lives and in which shape, how far its ``/health``
+can be trusted, which tokenize route the parity probe can use, whether streams need ``include_usage``
+injected, whether ``model`` must be rewritten to the served name, whether prefix reuse can happen at all, its
+default block size and how it publishes KV events. ``EngineFacts`` is what the gateway learned about one
+running worker (detected kind, served model, block size, KV capacity, event sources), filled by detection
 (``gateway.engines.detect``) and the health loop. Both are plain data: the fleet, the proxy, the KV index and
 the parity gate read them.
 """

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gateway.analyze.offload import LargeBodyOffload
 from gateway.epp.endpoints import endpoint_of
 from gateway.epp.routes import other_route, prompt_endpoint
 from gateway.errors import InvalidRequest, NoHealthyWorker, RateLimited
@@ -20,6 +21,7 @@ from gateway.openai.schema import ParsedRequest, parse_balanced, parse_request
 from gateway.proxy.sticky import ResponseAffinity
 from gateway.routing.router import Routed, Router
 from gateway.state.protocols import LoadBoard
+from policies.api import RouteRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,8 @@ class EndpointPicker:
         load: the in-flight accounting the shedding check reads.
         affinity: where stored Responses API responses live (``previous_response_id`` pins there).
         config: fallbacks and shedding.
+        offload: where bodies above its ``inline_bytes`` are parsed and analysed, off the event loop (the
+            gateway's; a default one when None).
     """
 
     def __init__(
@@ -80,7 +84,9 @@ class EndpointPicker:
         load: LoadBoard,
         affinity: ResponseAffinity | None,
         config: PickerConfig,
+        offload: LargeBodyOffload | None = None,
     ) -> None:
+        self._offload = offload if offload is not None else LargeBodyOffload()
         self._router = router
         self._fleet = fleet
         self._load = load
@@ -96,8 +102,13 @@ class EndpointPicker:
             RateLimited: every eligible endpoint is at ``max_inflight`` (429).
             NoHealthyWorker: no eligible endpoint (503), also when the subset hint leaves none.
         """
-        parsed = self._parse(request)
-        req = self._router.prepare(parsed, request.headers)
+        offload = self._offload
+        body = request.body or b""
+        if offload.is_large(body):  # parsed and analysed off the loop (``gateway.analyze.offload``)
+            offload.check_structure(body)
+            parsed, req = await offload.run(lambda: self._analyse(request))
+        else:
+            parsed, req = self._analyse(request)
         exclude = self._outside(request.subset)
         self._check_capacity(parsed.model, exclude)
         if parsed.previous_response_id is not None and self._affinity is not None:
@@ -110,6 +121,10 @@ class EndpointPicker:
         uncached = max(0, routed.request.num_prompt_tokens - routed.prefix_hit_tokens)
         endpoints = (endpoint_of(routed.record.url), *self._fallbacks(routed, exclude))
         return Pick(endpoints, routed, parsed, uncached + (parsed.max_tokens or 0))
+
+    def _analyse(self, request: PickRequest) -> tuple[ParsedRequest, RouteRequest]:
+        parsed = self._parse(request)
+        return parsed, self._router.prepare(parsed, request.headers)
 
     def _parse(self, request: PickRequest) -> ParsedRequest:
         endpoint = prompt_endpoint(request.path) if request.method == "POST" else None

@@ -100,7 +100,7 @@ def stream_factory(deps: Deps, settings: EppSettings) -> Callable[[], PickerStre
     """Builds each stream's state over the gateway's router, load board and fleet."""
     picker = EndpointPicker(
         router=deps.router, fleet=deps.fleet, load=deps.state.load, affinity=deps.proxy.affinity,
-        config=settings.picker,
+        config=settings.picker, offload=deps.offload,
     )  # fmt: skip
 
     def start(pick: Pick) -> InFlight:

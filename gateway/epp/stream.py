@@ -91,7 +91,7 @@ class PickerStream:
                     return
         except KvgateError as exc:
             yield error_response(exc)
-        except Exception:  # stream boundary (STYLE §2.8): log it, answer 500, never leak a traceback
+        except Exception:  # stream boundary: log it, answer 500, never leak a traceback
             logger.exception("the picker failed on a request")
             body = error_body("the endpoint picker failed; see its log", "server_error", "epp_error")
             yield protocol.immediate(500, body, [(b"content-type", b"application/json")])

@@ -1,4 +1,6 @@
-"""Per-worker circuit breaker: closed → open after N consecutive failures → half-open after a pause."""
+"""Per-worker circuit breaker: closed → open after N consecutive failures → half-open after a pause.
+Compiled with mypyc (``docs/development.md``: what that rules out).
+"""
 
 from __future__ import annotations
 

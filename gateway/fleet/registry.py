@@ -1,4 +1,5 @@
 """The fleet registry: which workers exist, their role, health, models and last reported load.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 Static workers come from ``--worker``; more are registered at run time through ``/admin/workers``.
 Draining a worker stops new requests to it; it is removed once its in-flight requests finish (the health

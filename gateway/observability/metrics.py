@@ -1,4 +1,5 @@
 """``kvgate_*`` Prometheus metrics on an app-owned ``CollectorRegistry`` (never the global one).
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 Per-request updates go through small caches of labelled children so the hot path does a dict lookup and
 an increment. Gauges that mirror the fleet (in flight, health, breaker, queue) are read at scrape time by

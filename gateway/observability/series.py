@@ -1,4 +1,5 @@
 """Labelled counters and histograms cheap enough to update on every request, exposed at scrape time.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 ``prometheus_client``'s children take a lock and run interpreted code per update: a histogram ``observe``
 walks its bounds in Python, ~12k instructions, and a request made three of them plus a counter increment.

@@ -1,6 +1,7 @@
 """Per-worker figures over a recent window, for the admin page (``GET /admin/ui/state``): requests/s, time
 to first token (p50), failures, and the prefix hit the gateway predicted against the cached tokens the
 worker reported.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 The proxy calls ``WorkerStats.record`` once per finished attempt: one tuple appended to the worker's
 bounded deque (O(1); event-loop confined, so no lock). The figures are computed only when asked

@@ -7,10 +7,10 @@
 - ``POST /v1/embeddings``: load-balanced (least loaded): a prefix cache buys nothing there;
 - ``PASS_THROUGH`` below: load-balanced, JSON bodies, answers relayed as they come (streams too).
 
-Everything else is 404. The pass-through routes are the ones the engines add to OpenAI's (``ENGINES.md``):
-vLLM's and SGLang's tokenizer, scoring and pooling routes and Anthropic's Messages API, which vLLM, SGLang
-and LMDeploy serve. A body's ``model`` picks the workers; a route whose body may omit it (``/tokenize``) goes
-to any worker when the fleet serves one model.
+Everything else is 404. The pass-through routes are the ones the engines add to OpenAI's
+(``docs/engines.md``): vLLM's and SGLang's tokenizer, scoring and pooling routes and Anthropic's Messages
+API, which vLLM, SGLang and LMDeploy serve. A body's ``model`` picks the workers; a route whose body may omit
+it (``/tokenize``) goes to any worker when the fleet serves one model.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
 """Edge validation of OpenAI request bodies: parse once with orjson, check only what can go wrong.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 Deliberately not pydantic: the proxy forwards the client's original bytes, so the gateway reads and
 checks only the fields routing and safety need (model, messages/prompt/input, max_tokens, stream, a few

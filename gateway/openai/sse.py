@@ -1,4 +1,5 @@
 """SSE on bytes: the frames the gateway writes itself and the little it reads from a relayed stream.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 The relay copies the worker's bytes; it only looks for the final usage chunk (to learn cached tokens), for
 ``data: [DONE]`` (a stream that ends without it failed, on most engines) and writes an OpenAI-style error

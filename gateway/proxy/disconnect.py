@@ -1,4 +1,5 @@
 """Run a proxy attempt so that a client disconnect cancels it (and with it the upstream request).
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 On kvgate's lean server the attempt runs in the request's own task and the server's disconnect callback
 (``kvgate_core.asgi.disconnect_watch``) cancels it: no extra task per request. Elsewhere (uvicorn, or a

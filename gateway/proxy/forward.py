@@ -1,4 +1,5 @@
 """The proxy: route, forward the client's original bytes, retry elsewhere before the first byte.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 Each attempt holds the worker's in-flight accounting (a ``Hold``) until the worker has answered in full, and
 at the latest until the attempt ends (``try/finally``), so a retried, failed, finished or cancelled request

@@ -1,4 +1,5 @@
 """Request headers the gateway passes on to the worker, as complete header lines.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 Only what the worker needs to do the same as the gateway: the tenant (folded into the KV hash root on both
 sides) and the W3C trace context of the gateway's current span, when tracing is on

@@ -1,4 +1,6 @@
-"""ASGI response messages the proxy sends: headers with the ``x-kvgate-*`` annotations, whole bodies."""
+"""ASGI response messages the proxy sends: headers with the ``x-kvgate-*`` annotations, whole bodies.
+Compiled with mypyc (``docs/development.md``: what that rules out).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
 """``Result``: how one proxied attempt ended.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 A plain class compiled with the request path (``kvgate_core.native``): one is built per attempt and read
 several times by compiled code, which reads a compiled class's fields from its struct. Its fields are

@@ -1,4 +1,5 @@
 """Per-engine request shaping: the body one attempt sends to one worker, and how to read its stream.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 Pure: ``shape(parsed, raw, facts, want_usage=…)`` looks at the parsed request and the worker's
 ``EngineFacts`` and returns the upstream body plus the stream handling it implies. Each attempt shapes for

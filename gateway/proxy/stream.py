@@ -1,4 +1,5 @@
 """Streaming relay: copy the worker's SSE bytes to the client, chunk by chunk, without parsing them.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 The response starts only once the worker's first body chunk arrived, so failures up to then can still be
 retried elsewhere. After that, an idle timeout bounds each gap; a broken or stalled upstream ends the

@@ -1,4 +1,5 @@
 """``UpstreamQueue``: the requests waiting in the upstream pool for a connection to a worker.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 Apart from ``gateway.proxy.upstream`` (an async context manager, which mypyc does not compile) because the
 routing snapshot calls it once per worker per request: compiled (``kvgate_core.native``), that is a C call.

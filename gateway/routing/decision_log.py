@@ -1,4 +1,5 @@
 """The last routing decisions, kept for the admin page (``GET /admin/ui/state``).
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 ``Router.route`` appends each decision with the snapshot it was made on: one tuple into a bounded deque, O(1),
 nothing formatted; compiled with the request path (``kvgate_core.native``). ``recent`` formats them only when

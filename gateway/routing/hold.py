@@ -1,4 +1,6 @@
-"""A request's hold on a worker's in-flight accounting, taken when it is sent and released exactly once."""
+"""A request's hold on a worker's in-flight accounting, taken when it is sent and released exactly once.
+Compiled with mypyc (``docs/development.md``: what that rules out).
+"""
 
 from __future__ import annotations
 

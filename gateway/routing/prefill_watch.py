@@ -1,4 +1,5 @@
 """Which of this gateway's in-flight requests still wait for their first token, per worker.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 A worker's queue is the prefill ahead of a new request. In-flight tokens (``LoadBoard``) count every
 request sent and not finished, most of which may be decoding already; the proxy sees each request's first

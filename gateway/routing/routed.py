@@ -1,4 +1,5 @@
 """``Routed``: a routing decision with what the proxy needs to carry it out.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 A plain class compiled with the request path (``kvgate_core.native``), not a frozen dataclass: the proxy
 reads its fields a dozen times per request, and compiled code reads a compiled class's fields from its

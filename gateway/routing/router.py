@@ -1,4 +1,5 @@
 """The routing seam: request → ``RouteRequest`` + ``WorkerView`` snapshot → ``policy.select`` → bookkeeping.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 The router gathers what the policy declared in ``needs`` (tokens and block hashes from the injected
 ``PromptAnalyzer``, prefix hits from the ``KVIndex``) and nothing more, hands the policy a frozen snapshot,

@@ -1,4 +1,5 @@
 """``WorkerLoad``: one worker's in-flight and recent figures, as a load board reports them.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 A plain class rather than a frozen dataclass so that it can be compiled with the request path
 (``kvgate_core.native``): the routing snapshot builds one per worker per request, and a compiled class is

@@ -1,4 +1,6 @@
-"""In-process state backends: the default for a single gateway and the unit-test doubles."""
+"""In-process state backends: the default for a single gateway and the unit-test doubles.
+Compiled with mypyc (``docs/development.md``: what that rules out).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
 """Recently routed work per worker: exponentially decayed sums that gateway replicas can simply add up.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 A decayed sum ``D(t) = Σ tokens_i · 2^(-(t - t_i) / h)`` is kept as ``S = Σ tokens_i · 2^((t_i - epoch) / h)``
 with ``D(t) = S · 2^(-(t - epoch) / h)``: adding is one multiply, and the value at any time follows from

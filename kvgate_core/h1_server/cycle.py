@@ -1,5 +1,5 @@
-"""One request/response exchange on a server connection: the app's ``receive`` and ``send`` (compiled with
-mypyc: see docs/development.md).
+"""One request/response exchange on a server connection: the app's ``receive`` and ``send``.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 The request body reaches the app through ``receive`` as it arrives (``more_body``); the response head is held
 back until the first body message so that a small response leaves in one ``transport.write``, framed by

@@ -1,5 +1,5 @@
-"""One client connection of the gateway's HTTP/1.1 server: an asyncio protocol around httptools' parser
-(compiled with mypyc: see docs/development.md for what that rules out).
+"""One client connection of the gateway's HTTP/1.1 server: an asyncio protocol around httptools' parser.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 Requests on a keep-alive connection run one at a time: a pipelined request waits (reading paused) until
 the response before it is complete. Each request is one ``RequestCycle`` and one app call in its own task.

@@ -1,5 +1,6 @@
-"""The ASGI ``http`` scope of one request, built from what the parser saw (compiled with mypyc: see
-docs/development.md)."""
+"""The ASGI ``http`` scope of one request, built from what the parser saw.
+Compiled with mypyc (``docs/development.md``: what that rules out).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Bytes of HTTP/1.1 responses: precomputed status lines, the cached Date header, canned error answers."""
+"""Bytes of HTTP/1.1 responses: precomputed status lines, the cached Date header, canned error answers.
+Compiled with mypyc (``docs/development.md``: what that rules out).
+"""
 
 from __future__ import annotations
 

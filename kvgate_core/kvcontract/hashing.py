@@ -109,7 +109,7 @@ def chain_hashes(
 
 @dataclass(frozen=True, slots=True)
 class Xxh3ChainScheme:
-    """ARCHITECTURE.md's scheme: chained xxh3_64 over uint32-LE token blocks."""
+    """kvgate's block hash scheme: chained xxh3_64 over uint32-LE token blocks."""
 
     block_size: int = DEFAULT_BLOCK_SIZE
 

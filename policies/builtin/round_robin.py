@@ -1,4 +1,5 @@
 """``round_robin``: each request goes to the next serving worker in id order.
+Compiled with mypyc (``docs/development.md``: what that rules out).
 
 What it does:
     Keeps a cursor: the id of the worker it last routed to. The next request goes to the first candidate

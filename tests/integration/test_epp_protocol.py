@@ -103,8 +103,13 @@ def test_client_supplied_destination_is_overwritten(fleet: EppFleet) -> None:
             404,
             "model_not_found",
         ),
+        (  # a large body is parsed off the loop, its structure bounded first (gateway.analyze.offload)
+            orjson.dumps({"model": "kvgate-sim", "messages": [{"role": "user", "content": "x"}] * 70_000}),
+            400,
+            "too_many_objects",
+        ),
     ],
-    ids=["malformed-json", "no-model", "unknown-model"],
+    ids=["malformed-json", "no-model", "unknown-model", "too-many-objects"],
 )
 def test_bad_requests_get_an_openai_error_as_immediate_response(
     fleet: EppFleet, body: bytes, status: int, code: str

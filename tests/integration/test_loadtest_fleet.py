@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from loadtest.fleet import FleetSpec, launch
-from tests.support.procs import REPO
+from loadtest.trace import MOONCAKE_TRACE
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-TRACE = REPO.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
+TRACE = MOONCAKE_TRACE
 
 
 def _port_open(url: str) -> bool:
@@ -76,7 +76,6 @@ def test_fleet_command_cleans_up_when_interrupted(tmp_path: Path) -> None:
             proc.wait(5)
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="the shared trace is not beside the checkout")
 def test_trace_replay_through_a_fleet_writes_a_report(tmp_path: Path) -> None:
     with launch(FleetSpec(workers=2, policy="prefix_cache_aware", log_dir=tmp_path / "logs")) as fleet:
         out = tmp_path / "report"

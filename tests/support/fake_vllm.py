@@ -1,4 +1,4 @@
-"""A small server that streams the way vLLM 0.32 does (``../shared/ENGINES.md`` §1.1), for gateway tests.
+"""A small server that streams the way vLLM 0.32 does (``vllm/entrypoints/openai/chat_completion/serving.py``; docs/engines.md), for gateway tests.
 
 - ``POST /v1/chat/completions``: a role chunk, one chunk per word, a finish chunk; the usage chunk
   (``"choices": []`` + ``usage`` with ``prompt_tokens_details.cached_tokens``) only when the request has

@@ -74,7 +74,7 @@ class RedisTierConfig:
 
 
 def block_key(prefix: str, model: str, block_hash: int) -> str:
-    """The Redis key of a block (ARCHITECTURE.md: ``kvgate:kv:{model}:{hash:016x}``)."""
+    """The Redis key of a block (the tier's key layout: ``kvgate:kv:{model}:{hash:016x}``)."""
     return f"{prefix}:{model}:{block_hash:016x}"
 
 

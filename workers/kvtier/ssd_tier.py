@@ -79,7 +79,7 @@ def model_dir(root: Path, model: str) -> Path:
 
 
 def block_path(root: Path, model: str, block_hash: int) -> Path:
-    """The file of a block (ARCHITECTURE.md: ``{dir}/{model}/{hash[:2]}/{hash}.kv``)."""
+    """The file of a block (the tier's file layout: ``{dir}/{model}/{hash[:2]}/{hash}.kv``)."""
     name = f"{block_hash:016x}"
     return model_dir(root, model) / name[:2] / f"{name}.kv"
 

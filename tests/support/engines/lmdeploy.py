@@ -1,4 +1,4 @@
-"""A fake LMDeploy ``lmdeploy serve api_server``, after ENGINES.md §5 and §8.
+"""A fake LMDeploy ``lmdeploy serve api_server``, after its own source (the files read: docs/engines.md).
 
 Version: LMDeploy 0.16-0.18 (``main`` @ 1263d5c, 2026-08, tag v0.16.0; PyPI 0.18.0):
 ``lmdeploy/serve/openai/**``, ``lmdeploy/metrics/loggers.py``.

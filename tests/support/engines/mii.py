@@ -1,4 +1,4 @@
-"""A fake DeepSpeed-MII OpenAI server (``mii.entrypoints.openai_api_server``), after ENGINES.md §6 and §8.
+"""A fake DeepSpeed-MII OpenAI server (``mii.entrypoints.openai_api_server``), after its own source (the files read: docs/engines.md).
 
 Version: DeepSpeed-MII 0.3.3 (``main`` @ 8abdd98, 2025-07-01; ``mii/entrypoints/{openai_api_server,
 data_models}.py``, FastChat-derived).

@@ -1,6 +1,6 @@
-"""A fake SGLang 0.5.23 server (``python -m sglang.launch_server``), after ENGINES.md §2 and §8.
+"""A fake SGLang 0.5.23 server (``python -m sglang.launch_server``), after its own source (the files read: docs/engines.md).
 
-Version: SGLang 0.5.23 (the PyPI wheel read for ENGINES.md, 2026-10).
+Version: SGLang 0.5.23 (the PyPI wheel, read 2026-10; docs/engines.md).
 
 Reproduces:
 

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's KV events as the fake publishes them (ENGINES.md §2.3): the event encoding and the
+"""SGLang 0.5.23's KV events as the fake publishes them (``srt/disaggregation/kv_events.py``; docs/engines.md): the event encoding and the
 ``--kv-events-config`` handling (``tests.support.engines.zmq_events`` does the framing and replay)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A fake Hugging Face TGI v3 server (Rust router + v3 backend), after ENGINES.md §4 and §8.
+"""A fake Hugging Face TGI v3 server (Rust router + v3 backend), after its own source (the files read: docs/engines.md).
 
 Version: text-generation-inference v3.3.7 (``main`` @ db931fc, 2026-01; ``router/src/{server,lib}.rs``,
 ``backends/v3/src``).

@@ -1,4 +1,4 @@
-"""A fake TensorRT-LLM ``trtllm-serve`` (PyTorch backend), after ENGINES.md §3 and §8.
+"""A fake TensorRT-LLM ``trtllm-serve`` (PyTorch backend), after its own source (the files read: docs/engines.md).
 
 Version: TensorRT-LLM ``main`` of 2026 (``tensorrt_llm/serve/openai_server.py``; PyPI lists 1.2.1, which
 ``/version`` reports).

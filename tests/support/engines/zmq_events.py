@@ -1,4 +1,4 @@
-"""A ZMQ KV-event publisher in the framing vLLM and SGLang share (ENGINES.md §1.3, §2.3, §7.1).
+"""A ZMQ KV-event publisher in the framing vLLM and SGLang share (vLLM's ``vllm/distributed/kv_events.py``, SGLang's ``srt/disaggregation/kv_events.py``).
 
 - PUB multipart ``(topic, seq.to_bytes(8, "big"), payload)``; ``seq`` counts from 0 per publisher.
 - ``payload`` = msgpack ``[ts, events, dp_rank]``; the events are what ``encode`` makes of a cache change

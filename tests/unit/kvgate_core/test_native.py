@@ -132,3 +132,26 @@ def test_a_failed_build_is_an_error_unless_optional(
     assert native_build.main(["build"]) == 1
     assert native_build.main(["build", "--optional"]) == 0
     assert "runs as plain Python (no C compiler)" in capsys.readouterr().out
+
+
+def _summary(path: Path) -> str:
+    """The first paragraph of a module's docstring."""
+    import ast
+
+    return (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").split("\n\n")[0]
+
+
+def test_compiled_modules_say_so_and_no_other_module_does() -> None:
+    """Every module in ``MODULES`` says "Compiled with mypyc" in its docstring's first paragraph, with the
+    pointer to the rules (``docs/development.md``); a module that says it is compiled is in ``MODULES``."""
+    listed = set(native.MODULES)
+    unmarked = [m for m in native.MODULES if "Compiled with mypyc" not in _summary(native.source_of(m))]
+    no_pointer = [m for m in native.MODULES if "docs/development.md" not in _summary(native.source_of(m))]
+    claiming = []
+    for package in native.PACKAGES:
+        for path in (native.ROOT / package).rglob("*.py"):
+            module = ".".join(path.relative_to(native.ROOT).with_suffix("").parts)
+            if module not in listed and "compiled with mypyc" in _summary(path).lower():
+                claiming.append(module)
+    assert (unmarked, no_pointer, claiming) == ([], [], [])
+    assert (native.ROOT / "docs" / "development.md").is_file()

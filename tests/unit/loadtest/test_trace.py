@@ -6,9 +6,7 @@ import numpy as np
 import orjson
 import pytest
 
-from loadtest.trace import TraceOptions, prompt_tokens, read_trace, trace_sessions
-
-SHARED_TRACE = Path(__file__).resolve().parents[4] / "shared" / "traces" / "mooncake_conversation.jsonl"
+from loadtest.trace import MOONCAKE_TRACE, TraceOptions, prompt_tokens, read_trace, trace_sessions
 
 
 def _write(tmp_path: Path, records: list[dict]) -> Path:
@@ -68,9 +66,8 @@ def test_bad_line_names_its_line_number(tmp_path: Path) -> None:
         list(read_trace(path))
 
 
-@pytest.mark.skipif(not SHARED_TRACE.exists(), reason="the shared Mooncake trace is not beside the checkout")
 def test_real_trace_prefix_reuse_survives_conversion() -> None:
-    recs = list(read_trace(SHARED_TRACE, limit=200))
+    recs = list(read_trace(MOONCAKE_TRACE, limit=200))
     opts = TraceOptions(scale=8)
     by_first: dict[int, np.ndarray] = {}
     for rec in recs:

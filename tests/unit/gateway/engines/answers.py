@@ -1,4 +1,4 @@
-"""Recorded-shape answers of the eight engine kinds, built from each engine's own source (ENGINES.md), and a
+"""Recorded-shape answers of the eight engine kinds, built from each engine's own source (docs/engines.md), and a
 fake ``Get`` that serves them. vLLM's real 0.32.0 answers are in ``tests/fixtures/engines/vllm-0.32.0``."""
 
 from __future__ import annotations

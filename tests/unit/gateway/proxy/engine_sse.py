@@ -1,4 +1,4 @@
-"""SSE bytes as the engines write them (shapes from ../shared/ENGINES.md), for the relay and SSE tests."""
+"""SSE bytes as the engines write them (shapes from each engine's source: docs/engines.md), for the relay and SSE tests."""
 
 from __future__ import annotations
 
