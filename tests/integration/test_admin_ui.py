@@ -3,7 +3,7 @@ workers, the test reads the rendered DOM over the DevTools protocol, drains, und
 with the page's own buttons (real mouse events), and checks each through ``/admin/workers``.
 
 A screenshot is written to the test's ``tmp_path`` (``admin-ui.png``); with ``KVGATE_UPDATE_SCREENSHOT=1``
-it also replaces ``docs/admin-ui.png``, the README's picture. Without Chromium the tests skip
+it also replaces ``docs/admin-ui.png``, the picture in docs/operations.md. Without Chromium the tests skip
 (``make chromium`` installs Debian's package when run as root; ``make test`` does it first).
 """
 
