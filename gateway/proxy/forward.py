@@ -132,16 +132,12 @@ class Proxy:
         balanced = parsed.endpoint is None
         exclude: list[str] = []
         last: UpstreamError | UpstreamSaturated | None = None
+        retrying = ""  # why the attempt before failed: counted as a retry once another worker takes it
         for attempt in range(self._retry.retries + 1):
-            try:
-                if pinned is not None:  # its history is there: never elsewhere
-                    routed = self._router.route_to(req, pinned, "previous_response_id")
-                else:
-                    routed = self._router.route(req, exclude, balanced=balanced)
-            except NoHealthyWorker:
-                if last is not None:
-                    raise last from None
-                raise
+            routed = self._route(req, pinned, exclude, balanced, last)
+            if retrying:
+                self._metrics.retry(retrying)
+                retrying = ""
             if routed.prefill is not None:
                 routed = await self._run_prefill(routed, parsed)
             try:
@@ -160,11 +156,30 @@ class Proxy:
                 last = failure.error
                 if pinned is not None:
                     raise last from None
-                self._metrics.retry(failure.reason)
                 if attempt < self._retry.retries:
+                    retrying = failure.reason
                     await self._sleep(backoff_s(attempt, self._retry, self._rng))
         assert last is not None, "the loop runs at least once"
         raise last
+
+    def _route(
+        self,
+        req: RouteRequest,
+        pinned: WorkerRecord | None,
+        exclude: list[str],
+        balanced: bool,
+        last: UpstreamError | UpstreamSaturated | None,
+    ) -> Routed:
+        """The next attempt's worker: ``pinned`` (its history is there: never elsewhere), else the router's
+        choice outside ``exclude``; when none is left after a failed attempt, that failure is raised."""
+        try:
+            if pinned is not None:
+                return self._router.route_to(req, pinned, "previous_response_id")
+            return self._router.route(req, exclude, balanced=balanced)
+        except NoHealthyWorker:
+            if last is not None:
+                raise last from None
+            raise
 
     async def _owner(self, response_id: str, model: str | None, param: str | None) -> WorkerRecord:
         if self.affinity is None:

@@ -64,6 +64,21 @@ async def test_failing_worker_is_retried_elsewhere(mode: str) -> None:
     assert "kvgate_retries_total" in metrics
 
 
+async def test_a_failure_with_nowhere_else_to_go_is_not_counted_as_a_retry() -> None:
+    """``kvgate_retries_total`` counts attempts another worker took; one worker that fails is a 502 and no
+    retry (it was counted as one, under ``connect``, whatever the failure)."""
+    bad = FakeWorker("bad", mode="503")
+    async with (
+        running(bad),
+        serving(settings_for(bad.url)) as base,
+        httpx.AsyncClient(timeout=10) as client,
+    ):
+        resp = await client.post(f"{base}/v1/chat/completions", json=CHAT)
+        assert resp.status_code >= 500
+        metrics = (await client.get(f"{base}/metrics")).text
+    assert not [line for line in metrics.splitlines() if line.startswith("kvgate_retries_total{")]
+
+
 async def test_refused_connection_is_retried_elsewhere() -> None:
     gone, good = FakeWorker("gone"), FakeWorker("good")
     # Health checks too rare to notice: the proxy itself meets the refused connections.
