@@ -52,6 +52,19 @@ class LargeBodyOffload:
                 f"the request body holds more than {limit} JSON objects and arrays", code="too_many_objects"
             )
 
+    async def analysed(self, body: bytes, work: Callable[[], T]) -> T:
+        """``work()`` (the parse and analysis of ``body``): on the loop for a small body; for a large one,
+        after ``check_structure``, on the analysis thread (``run``).
+
+        Raises:
+            InvalidRequest: a large body with too many JSON containers.
+            Overloaded: too many large bodies in progress.
+        """
+        if not self.is_large(body):
+            return work()
+        self.check_structure(body)
+        return await self.run(work)
+
     async def run(self, work: Callable[[], T]) -> T:
         """``work()`` on the analysis thread; 503 when ``max_waiting`` large bodies already wait.
 

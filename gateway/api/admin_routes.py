@@ -203,12 +203,7 @@ async def explain_route(request: Request, deps: AppDeps) -> RouteExplanation:
         parsed = parse_request(raw, _endpoint_of(raw), max_tokens_limit=deps.settings.max_tokens_limit)
         return deps.router.prepare(parsed, headers)
 
-    offload = deps.offload
-    if offload.is_large(raw):  # off the loop, as the completion routes do (``gateway.analyze.offload``)
-        offload.check_structure(raw)
-        req = await offload.run(analyse)
-    else:
-        req = analyse()
+    req = await deps.offload.analysed(raw, analyse)  # as the completion routes (``gateway.analyze.offload``)
     return _explanation(deps.router.explain(req), deps.settings.block_size)
 
 

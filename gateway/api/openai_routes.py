@@ -119,12 +119,8 @@ class _BodyEndpoint(_Endpoint):
         headers = _headers(scope)
         _check_headers(headers, limit)
         raw = await read_body(receive, limit)
-        offload = deps.offload
-        if offload.is_large(raw):  # parsed and analysed off the loop: one huge prompt stalls nobody
-            offload.check_structure(raw)
-            parsed, req = await offload.run(lambda: self.analyse(deps, raw, headers))
-        else:
-            parsed, req = self.analyse(deps, raw, headers)
+        # a large body is parsed and analysed off the loop: one huge prompt stalls nobody
+        parsed, req = await deps.offload.analysed(raw, lambda: self.analyse(deps, raw, headers))
         await deps.proxy.handle(parsed, req, raw, receive, send)
 
     def analyse(self, deps: Deps, raw: bytes, headers: dict[str, str]) -> tuple[ParsedRequest, RouteRequest]:

@@ -102,13 +102,8 @@ class EndpointPicker:
             RateLimited: every eligible endpoint is at ``max_inflight`` (429).
             NoHealthyWorker: no eligible endpoint (503), also when the subset hint leaves none.
         """
-        offload = self._offload
-        body = request.body or b""
-        if offload.is_large(body):  # parsed and analysed off the loop (``gateway.analyze.offload``)
-            offload.check_structure(body)
-            parsed, req = await offload.run(lambda: self._analyse(request))
-        else:
-            parsed, req = self._analyse(request)
+        # a large body is parsed and analysed off the loop (``gateway.analyze.offload``)
+        parsed, req = await self._offload.analysed(request.body or b"", lambda: self._analyse(request))
         exclude = self._outside(request.subset)
         self._check_capacity(parsed.model, exclude)
         if parsed.previous_response_id is not None and self._affinity is not None:
