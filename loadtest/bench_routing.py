@@ -50,12 +50,12 @@ from gateway.settings import DEFAULT_POLICY
 from kvgate_core.tokenize.bundle import TokenizerBundle, byte_bundle
 from kvgate_core.tokenize.request_prompt import Endpoint
 from loadtest.driver import DriverConfig, RequestRecord, RunResult, run_load
-from loadtest.fleet import Fleet, FleetSpec, launch
+from loadtest.fleet import Fleet, FleetSpec, free_port, launch
 from loadtest.foreign_fleet import WORD_BLOCK_SIZE, WorkerFleet, as_words, worker_tokens_per_token
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
 from loadtest.proc_stats import merged, parse_histogram
 from loadtest.report import percentile, summarize
-from loadtest.router_cmd import tree_cpu_s
+from loadtest.router_cmd import parse_router_cmd, peer_command, tree_cpu_s
 from loadtest.trace import MOONCAKE_TRACE, TraceOptions, trace_sessions
 from loadtest.workloads import Session, WorkloadSpec, multi_turn, shared_prefix
 
@@ -71,13 +71,20 @@ TRACE = MOONCAKE_TRACE
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    """A workload and how to drive it (``rate``: sessions/s, Poisson; None: the sessions' arrivals)."""
+    """A workload and how to drive it (``rate``: sessions/s, Poisson; None: the sessions' arrivals, or a
+    closed loop of ``concurrency`` sessions where they carry none), and the fleet it runs on: ``workers``
+    workers of ``kv_tokens`` each (kvgate-fleet tokens; the foreign fleet's are scaled to its words), which
+    on the foreign fleet announce their capacity (``#kv_tokens=``) only where ``announce``."""
 
     name: str
     sessions: Callable[[bool], list[Session]]
     rate: float | None
     max_requests: int
     duration_s: float
+    concurrency: int = 8
+    workers: int = NUM_WORKERS
+    kv_tokens: int = KV_TOKENS
+    announce: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,17 +96,43 @@ class Case:
     #: send every request to the first gateway only (the others run, share state and route nothing): what
     #: the replicas cost the one that serves, apart from splitting the traffic
     drive_first_only: bool = False
+    #: another router in kvgate's place (``loadtest.fleet``'s template: ``{port}``, ``{workers}``)
+    router_cmd: str | None = None
 
     @property
     def label(self) -> str:
-        """The policy, with the extra gateway flags if any (the table's first column)."""
+        """The policy, with the extra gateway flags if any, or the peer router (the table's first column)."""
+        if self.router_cmd is not None:
+            return self.name
         return " ".join((self.policy, *self.gateway_args))
 
     def slug(self, scenario: str) -> str:
         """A file name for this case's logs and records under ``scenario``."""
+        if self.router_cmd is not None:
+            return f"{scenario}-" + "".join(c if c.isalnum() else "_" for c in self.name)
         return "-".join(
             (scenario, self.policy, str(self.gateways), *(a.strip("-") for a in self.gateway_args))
         ) + ("-first" if self.drive_first_only else "")
+
+
+#: ``--peer tuned`` flags: vllm-router's cache_aware balance thresholds as a tuned deployment sets them
+PEER_TUNED_ARGS = "--balance-abs-threshold 8 --balance-rel-threshold 1.5"
+
+
+def peer_case(spec: str, venv: Path) -> Case:
+    """A peer router as a case: ``vllm-router:cache_aware``, ``sglang-router:cache_aware`` (see
+    ``loadtest.router_cmd``), ``…:tuned`` for cache_aware with ``PEER_TUNED_ARGS``.
+
+    Raises:
+        ValueError: an unknown preset or policy.
+    """
+    preset, tuned = (spec[: -len(":tuned")], True) if spec.endswith(":tuned") else (spec, False)
+    command = peer_command(preset, venv)
+    template = command.template.replace("{metrics_port}", str(free_port()))
+    if tuned:
+        template += " " + PEER_TUNED_ARGS
+    name = command.name + (" (tuned)" if tuned else "")
+    return Case(name, "peer", router_cmd=template)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +160,12 @@ CASES = {
     ),
 }
 DEFAULT_CASES = tuple(name for name in CASES if name != "pca_x4_first")  # that one is a diagnosis
+
+
+def _chat_closed(quick: bool) -> list[Session]:
+    """More sessions than the run reaches, so that the closed loop always has a new one to start."""
+    spec = WorkloadSpec(num_sessions=2_000, turns=12, system_words=200, question_words=20)
+    return multi_turn(spec)
 
 
 def _multi_turn(quick: bool) -> list[Session]:
@@ -164,6 +203,18 @@ SCENARIOS = {
     "multi_turn": Scenario("multi_turn", _multi_turn, rate=1.5, max_requests=600, duration_s=60.0),
     "shared_prefix": Scenario("shared_prefix", _shared_prefix, rate=8.0, max_requests=600, duration_s=60.0),
     "trace": Scenario("trace", _trace, rate=None, max_requests=1000, duration_s=70.0),
+    # 32 closed-loop chat sessions on 4 small caches; on the foreign fleet the workers announce nothing
+    "chat_closed": Scenario(
+        "chat_closed",
+        _chat_closed,
+        rate=None,
+        max_requests=20_000,
+        duration_s=30.0,
+        concurrency=32,
+        workers=4,
+        kv_tokens=50_000,
+        announce=False,
+    ),
 }
 
 
@@ -285,7 +336,9 @@ def run_case(
     spec = _fleet_spec(scenario, case, out, pca_params, workers)
     with launch(spec) as fleet:
         run, cpu = _drive(fleet, scenario, sessions, first_only=case.drive_first_only)
-        pages = [httpx.get(u + "/metrics", timeout=5.0).text for u in fleet.gateway_urls]
+        # a peer has none of kvgate's metrics (its /metrics may be a worker's 404): its figures read nan
+        urls = fleet.gateway_urls if case.router_cmd is None else []
+        pages = [httpx.get(u + "/metrics", timeout=5.0).text for u in urls]
     extra = {
         f"{kind} lag p{round(q * 100)} ms": 1e3 * replica_lag_quantile(pages, kind, q)
         for kind in ("load", "prediction", "kv_events")
@@ -302,10 +355,12 @@ def run_case(
     return CaseResult(
         case=case,
         run=run,
-        ideal_hit_rate=_ideal(sessions, recs, workers),
+        ideal_hit_rate=_ideal(sessions, recs, workers, scenario.workers),
         gateway_cpu_s=cpu,
-        prefill_imbalance=imbalance(recs, NUM_WORKERS, lambda r: max(0, r.prompt_tokens - r.cached_tokens)),
-        imbalance=imbalance(recs, NUM_WORKERS, lambda r: r.prompt_tokens),
+        prefill_imbalance=imbalance(
+            recs, scenario.workers, lambda r: max(0, r.prompt_tokens - r.cached_tokens)
+        ),
+        imbalance=imbalance(recs, scenario.workers, lambda r: r.prompt_tokens),
         upstream_ttft_mean_s=upstream_ttft_mean(pages),
         extra={k: v for k, v in extra.items() if v == v},  # nan: no replica shared the state
     )
@@ -322,21 +377,24 @@ def _fleet_spec(
     # The foreign fleet's gateway runs on its defaults: --policy only where it is not the default one.
     implicit = workers.foreign and case.policy == DEFAULT_POLICY and not gateway_args
     return FleetSpec(
-        workers=NUM_WORKERS,
+        workers=scenario.workers,
         gateways=case.gateways,
-        policy=None if implicit else case.policy,
+        policy=None if implicit or case.router_cmd is not None else case.policy,
         gateway_args=gateway_args,
         worker_args=workers.worker_args(DECODE_TPS, MAX_RUNNING),
-        worker_fragment=f"kv_tokens={workers.kv_tokens}" if workers.foreign else "",
+        worker_fragment=f"kv_tokens={workers.kv_tokens}" if workers.foreign and scenario.announce else "",
+        router_cmd=case.router_cmd,
         log_dir=out / "logs" / case.slug(scenario.name),
     )
 
 
-def _ideal(sessions: Sequence[Session], records: Sequence[RequestRecord], workers: WorkerFleet) -> float:
+def _ideal(
+    sessions: Sequence[Session], records: Sequence[RequestRecord], workers: WorkerFleet, count: int
+) -> float:
     """The ideal hit rate in the workers' units: one cache of the fleet's capacity in their tokens."""
     sent = sent_in_order(sessions, records, workers.bundle())
     block_size = WORD_BLOCK_SIZE if workers.foreign else BLOCK_SIZE
-    return ideal_replay(sent, NUM_WORKERS * workers.kv_tokens, block_size).hit_rate
+    return ideal_replay(sent, count * workers.kv_tokens, block_size).hit_rate
 
 
 def _drive(
@@ -345,6 +403,7 @@ def _drive(
     cfg = DriverConfig(
         target=",".join(fleet.gateway_urls[:1] if first_only else fleet.gateway_urls),
         rate=scenario.rate,
+        concurrency=scenario.concurrency,
         max_requests=scenario.max_requests,
         duration_s=scenario.duration_s,
         request_timeout_s=60.0,
@@ -423,10 +482,10 @@ def _workload(
     scaled to the workload's words per kvgate token; see ``loadtest.foreign_fleet``)."""
     sessions = scenario.sessions(quick)
     if not foreign:
-        return sessions, replace(KVGATE_FLEET, prefill_tps=prefill_tps)
+        return sessions, replace(KVGATE_FLEET, kv_tokens=scenario.kv_tokens, prefill_tps=prefill_tps)
     words = as_words(sessions)
     ratio = worker_tokens_per_token(sessions, words)
-    return words, WorkerFleet.scaled(KV_TOKENS, prefill_tps, ratio)
+    return words, WorkerFleet.scaled(scenario.kv_tokens, prefill_tps, ratio)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -455,11 +514,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load the fleet",
     )  # fmt: skip
     ap.add_argument(
+        "--announce-capacity", action="store_true",
+        help="foreign fleet: every worker URL carries #kv_tokens= (chat_closed announces nothing otherwise)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--peer", action="append", default=[], metavar="PRESET",
+        help="a peer router as one more case, side by side: vllm-router:cache_aware, "
+        "sglang-router:cache_aware, ...:round_robin, or vllm-router:cache_aware:tuned (abs 8, rel 1.5); "
+        "repeatable; needs --peer-venv",
+    )  # fmt: skip
+    ap.add_argument(
+        "--router-cmd", action="append", default=[], metavar="NAME=COMMAND",
+        help="any router as one more case: a command line with {port} and {workers} (each worker URL an "
+        "argument), e.g. another kvgate tree to compare with; repeatable",
+    )  # fmt: skip
+    ap.add_argument(
+        "--peer-venv", type=Path, default=Path("/tmp/peer-routers"),
+        help="the venv the peers are installed in (pip install vllm-router==0.1.17 sglang-router==0.3.2)",
+    )  # fmt: skip
+    ap.add_argument(
         "--burst-spread-ms", type=float, default=0.0,
         help="trace: spread each burst of same-instant arrivals evenly over this many ms (0: as recorded)",
     )  # fmt: skip
     args = ap.parse_args(argv)
     scenarios = dict(SCENARIOS)
+    if args.announce_capacity:
+        scenarios = {name: replace(s, announce=True) for name, s in scenarios.items()}
     if args.trace_speedup != TRACE_OPTIONS.speedup or args.burst_spread_ms:
         scenarios["trace"] = replace(
             SCENARIOS["trace"], sessions=lambda quick: _trace(quick, args.trace_speedup, args.burst_spread_ms)
@@ -468,6 +548,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [n for n in names if n not in SCENARIOS] + [c for c in cases if c not in CASES]
     if unknown:
         ap.error(f"unknown scenario or case: {', '.join(unknown)}")
+    try:
+        peers = [peer_case(spec, args.peer_venv) for spec in args.peer]
+        for spec in args.router_cmd:
+            command = parse_router_cmd(spec)
+            peers.append(Case(command.name, "peer", router_cmd=command.template))
+    except ValueError as exc:
+        ap.error(str(exc))
     args.out.mkdir(parents=True, exist_ok=True)
     report = [f"# bench_routing ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", ""]
     for name in names:
@@ -476,15 +563,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             scenario, args.quick, foreign=args.fleet == "foreign", prefill_tps=args.prefill_tps
         )
         results = []
-        for key in cases:
+        for case in [CASES[key] for key in cases] + peers:
             t0 = time.monotonic()
-            results.append(run_case(scenario, CASES[key], sessions, args.out, args.pca_params, workers))
-            print(f"[{name}] {key} done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+            results.append(run_case(scenario, case, sessions, args.out, args.pca_params, workers))
+            print(f"[{name}] {case.name} done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         utilisation = ", ".join(
-            f"{r.case.name} {prefill_utilisation(r.run, workers.prefill_tps):.2f}" for r in results
+            f"{r.case.name} {prefill_utilisation(r.run, workers.prefill_tps, scenario.workers):.2f}"
+            for r in results
         )
         text = (
-            f"## {name}\n\n{workers.describe()}\n\n{table(results, workers.prefill_tps)}\n"
+            f"## {name}\n\n{workers.describe(scenario.workers, scenario.announce)}\n\n"
+            f"{table(results, workers.prefill_tps)}\n"
             f"prefill utilisation (uncached prompt tokens / the fleet's prefill capacity): {utilisation}\n"
         )
         print(text, flush=True)

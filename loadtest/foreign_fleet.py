@@ -91,15 +91,17 @@ class WorkerFleet:
         """How the workers tokenize (the ideal cache counts in their units)."""
         return foreign_bundle(DEFAULT_MODEL) if self.foreign else byte_bundle()
 
-    def describe(self) -> str:
+    def describe(self, count: int = 8, announce: bool = True) -> str:
+        """One line for the report: ``count`` workers, announcing their capacity (``#kv_tokens=``) or not."""
         if not self.foreign:
             return (
-                f"fleet: kvgate (--sim workers, KV events; {self.kv_tokens} tokens of KV and "
+                f"fleet: kvgate ({count} --sim workers, KV events; {self.kv_tokens} tokens of KV and "
                 f"{self.prefill_tps:g} prefill tokens/s each)"
             )
+        told = f"#kv_tokens={self.kv_tokens}" if announce else "nothing: no capacity announced"
         return (
-            f"fleet: foreign (--sim --foreign workers: whitespace-word tokens, no KV events, no tokenizer; "
-            f"gateway on default flags + #kv_tokens={self.kv_tokens}; {self.kv_tokens} words of KV and "
+            f"fleet: foreign ({count} --sim --foreign workers: whitespace-word tokens, no KV events, no "
+            f"tokenizer; gateway on default flags + {told}; {self.kv_tokens} words of KV and "
             f"{self.prefill_tps:.0f} prefill words/s each = the kvgate fleet's at "
             f"{self.units_ratio:.3f} words per kvgate token)"
         )

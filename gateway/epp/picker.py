@@ -113,9 +113,8 @@ class EndpointPicker:
             routed = self._router.route_to(req, owner, "previous_response_id")
         else:
             routed = self._router.route(req, exclude, balanced=parsed.endpoint is None)
-        uncached = max(0, routed.request.num_prompt_tokens - routed.prefix_hit_tokens)
         endpoints = (endpoint_of(routed.record.url), *self._fallbacks(routed, exclude))
-        return Pick(endpoints, routed, parsed, uncached + (parsed.max_tokens or 0))
+        return Pick(endpoints, routed, parsed, routed.uncached_tokens + (parsed.max_tokens or 0))
 
     def _analyse(self, request: PickRequest) -> tuple[ParsedRequest, RouteRequest]:
         parsed = self._parse(request)

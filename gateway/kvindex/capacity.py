@@ -11,7 +11,12 @@ exact tokenizer) one engine token is several gateway tokens. ``CapacityLearner``
 - ``scale``: a correction learned from the closed loop on predictions. When a predicted hit does not come
   true (the engine reports fewer cached tokens than predicted) the worker evicted sooner than assumed and
   the assumed capacity shrinks; when the engine reports more than predicted while the assumed cache is full,
-  the index forgot placement the worker still had and the capacity grows. Both by a small factor, bounded.
+  the index forgot placement the worker still had and the capacity grows. Each by a factor that grows with
+  the error (3% for a near miss, 15% for a whole one), bounded (1/64 to 4× of the start). A miss also
+  bounds the capacity at once: the engine evicted a block the index still holds, so its cache is smaller
+  than what the index holds for it. A worker that announces nothing starts from the index's default, often
+  many times its real cache; its first misses bring the assumption down to what was routed to it, and the
+  steps settle it from there.
 
 The assumed capacity is ``engine tokens × ratio × scale / block size`` (or the index's default × scale when
 the engine's is unknown), and the index keeps placement for ``headroom`` × that: the two errors do not cost
@@ -63,7 +68,11 @@ class CapacityConfig:
         initial_ratio: gateway tokens per engine token before any usage was seen: 1 with the engines'
             tokenizer, ``BYTES_PER_TOKEN`` with the byte tokenizer.
         ratio_weight: weight of one usage sample in the ratio's running average.
-        step: the relative change of ``scale`` on one prediction that missed or fell short.
+        step: the relative change of ``scale`` on one prediction that missed or fell short by a little;
+            one that missed by more moves it more, up to ``max_step`` for a prediction that missed whole
+            (the engine had none of it) or a report of hits the index forgot entirely, so that a start
+            several times off is corrected within tens of requests, and small errors move it little.
+        max_step: the relative change on a whole miss or shortfall.
         min_scale: the least ``scale`` (a fleet that shares its cache with other traffic).
         max_scale: the most ``scale``.
         push_tolerance: a capacity that moved less than this share is not pushed to the index again.
@@ -73,14 +82,17 @@ class CapacityConfig:
     initial_ratio: float = 1.0
     ratio_weight: float = 0.05
     step: float = 0.03
-    min_scale: float = 0.125
+    max_step: float = 0.15
+    min_scale: float = 1 / 64
     max_scale: float = 4.0
     push_tolerance: float = 0.02
     headroom: float = 1.25
 
     def __post_init__(self) -> None:
-        if self.initial_ratio <= 0 or not 0 < self.ratio_weight <= 1 or not 0 < self.step < 1:
-            raise ValueError("initial_ratio > 0, 0 < ratio_weight <= 1 and 0 < step < 1 are required")
+        if self.initial_ratio <= 0 or not 0 < self.ratio_weight <= 1:
+            raise ValueError("initial_ratio > 0 and 0 < ratio_weight <= 1 are required")
+        if not 0 < self.step <= self.max_step < 1:
+            raise ValueError("0 < step <= max_step < 1 is required")
         if not 0 < self.min_scale <= 1 <= self.max_scale:
             raise ValueError("need 0 < min_scale <= 1 <= max_scale")
         if self.headroom < 1:
@@ -175,13 +187,27 @@ class CapacityLearner:
             units.ratio += weight * (sample - units.ratio)
             units.samples += 1
         if learn_capacity and reported_tokens is not None:
+            cfg = self._config
             if predicted_tokens > 0 and reported_tokens + tolerance_tokens < predicted_tokens:
                 units.misses += 1
-                units.scale = max(self._config.min_scale, units.scale * (1 - self._config.step))
+                missed = 1 - max(0, reported_tokens) / predicted_tokens  # the share that did not come true
+                scale = units.scale * (1 - self._step(missed))
+                # the engine evicted a block the index holds: its cache is smaller than what the index holds
+                # now, however large the assumption was (a start far too large is corrected at once)
+                held = self._index.held(worker)
+                if held:
+                    scale = min(scale, held / self._base_blocks(units))
+                units.scale = max(cfg.min_scale, scale)
             elif reported_tokens > predicted_tokens + tolerance_tokens and self._full(worker):
                 units.shortfalls += 1
-                units.scale = min(self._config.max_scale, units.scale * (1 + self._config.step))
+                forgotten = 1 - predicted_tokens / reported_tokens  # the share the index no longer had
+                units.scale = min(cfg.max_scale, units.scale * (1 + self._step(forgotten)))
         self._push(worker, units)
+
+    def _step(self, share: float) -> float:
+        """The relative change of ``scale`` for an error of ``share`` (0..1) of the reported hit."""
+        cfg = self._config
+        return cfg.step + (cfg.max_step - cfg.step) * min(1.0, max(0.0, share))
 
     def forget(self, worker: str) -> None:
         self._workers.pop(worker, None)
@@ -200,13 +226,17 @@ class CapacityLearner:
         )
         return self._index.held(worker) >= 0.9 * assumed
 
-    def _push(self, worker: str, units: WorkerUnits, *, force: bool = False) -> None:
+    def _base_blocks(self, units: WorkerUnits) -> float:
+        """The assumed capacity at ``scale`` 1, in the gateway's blocks."""
         if units.engine_capacity_tokens is not None:
-            blocks = units.engine_capacity_tokens * self.ratio(worker) * units.scale / self._block_size
-        elif units.scale != 1.0 or force:
-            blocks = self._index.config.capacity_blocks * units.scale
-        else:
+            ratio = 1.0 if abs(units.ratio - 1.0) <= _SAME_UNITS else units.ratio
+            return units.engine_capacity_tokens * ratio / self._block_size
+        return float(self._index.config.capacity_blocks)
+
+    def _push(self, worker: str, units: WorkerUnits, *, force: bool = False) -> None:
+        if units.engine_capacity_tokens is None and units.scale == 1.0 and not force:
             return
+        blocks = self._base_blocks(units) * units.scale
         target = max(1, int(blocks))
         moved = abs(target - units.pushed_blocks) > self._config.push_tolerance * max(units.pushed_blocks, 1)
         if force or moved:

@@ -203,8 +203,7 @@ class Proxy:
     ) -> None:
         worker = routed.record.id
         # the work this request brings: its uncached prefill (a predicted prefix hit costs nothing) + decode
-        uncached = max(0, routed.request.num_prompt_tokens - routed.prefix_hit_tokens)
-        tokens = uncached + (parsed.max_tokens or 0)
+        tokens = routed.uncached_tokens + (parsed.max_tokens or 0)
         target = self._targets.get(routed.record.url)
         if target is None:
             target = self._targets[routed.record.url] = Target.parse(routed.record.url)

@@ -21,16 +21,20 @@ class Routed:
 
     Attributes:
         request, decision: what was routed and the policy's answer.
-        record: the chosen worker; ``prefix_hit_tokens``: the prompt tokens predicted cached there.
+        record: the chosen worker; ``prefix_hit_tokens``: the prompt tokens predicted cached there, in its
+            engine's tokens (what its usage will report).
         prefill: PD: the prefill worker (None: the decode worker prefills).
         best_hit_tokens: the best predicted hit on any worker (closed-loop feedback).
         balanced: placed by load or pinned, not by the policy: its observer is not told.
         ticket: its share of the worker's pending prefill (``Router.first_token``).
+        uncached_tokens: the prompt's tokens not predicted cached, in the gateway's tokens (the load the
+            request brings, counted like every other load figure); by default the prompt less
+            ``prefix_hit_tokens``, which is right where the gateway's tokens are the engine's.
     """
 
     __slots__ = (
         "balanced", "best_hit_tokens", "decision", "prefill", "prefix_hit_tokens", "record", "request",
-        "ticket",
+        "ticket", "uncached_tokens",
     )  # fmt: skip
 
     def __init__(
@@ -43,6 +47,7 @@ class Routed:
         best_hit_tokens: int = 0,
         balanced: bool = False,
         ticket: Ticket | None = None,
+        uncached_tokens: int = -1,
     ) -> None:
         self.request: Final = request
         self.decision: Final = decision
@@ -52,6 +57,9 @@ class Routed:
         self.best_hit_tokens: Final = best_hit_tokens
         self.balanced: Final = balanced
         self.ticket: Final = ticket
+        self.uncached_tokens: Final = (
+            uncached_tokens if uncached_tokens >= 0 else max(0, request.num_prompt_tokens - prefix_hit_tokens)
+        )
 
     @property
     def prefill_id(self) -> str | None:
@@ -61,7 +69,7 @@ class Routed:
         """The same decision served by its decode worker alone (a PD prefill failed)."""
         return Routed(
             self.request, self.decision, self.record, self.prefix_hit_tokens, None, self.best_hit_tokens,
-            self.balanced, self.ticket,
+            self.balanced, self.ticket, self.uncached_tokens,
         )  # fmt: skip
 
     def moved_to(self, record: WorkerRecord) -> Routed:

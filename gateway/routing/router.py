@@ -226,9 +226,13 @@ class Router:
             self._observer.on_routed(req, decision)
         if self._recorder is not None and req.block_hashes and record.facts.no_affinity_reason is None:
             self._recorder.record_routed(record.id, req.block_hashes)
-        hit_tokens = self._cached_tokens(req, chosen.gpu_hit_blocks, record)
+        # Load is counted in the gateway's tokens (every load figure is), the prediction in the engine's (it
+        # is compared with the engine's usage): with the byte tokenizer the two differ several-fold, and a
+        # hit counted in engine tokens against a prompt in bytes made a warm worker look as loaded as a cold
+        # one, so the policy balanced hits away.
+        hit = self._hit_tokens(req, chosen.gpu_hit_blocks)
         placement = self._placement(req, views, record.id)
-        self._load.add_routed(record.id, req.num_prompt_tokens + (req.max_tokens or 0), hit_tokens, placement)
+        self._load.add_routed(record.id, req.num_prompt_tokens + (req.max_tokens or 0), hit, placement)
         # in the chosen worker's tokens, as the prediction it is compared with (``kvgate_prefix_*_tokens``)
         best_blocks = max(v.gpu_hit_blocks for v in views) if req.block_hashes else 0  # no hashes: no hits
         best_tokens = self._cached_tokens(req, best_blocks, record)
@@ -237,16 +241,16 @@ class Router:
             prefill = None  # PD degrades to decode-only, never fails the request
         if prefill is not None:
             hit_blocks = next((v.gpu_hit_blocks for v in views if v.id == prefill.id), 0)
-            hit = self._cached_tokens(req, hit_blocks, prefill)
             how = self._placement(req, views, prefill.id)  # the prefill worker holds the prompt's KV next
-            self._load.add_routed(prefill.id, req.num_prompt_tokens, hit, how)
+            self._load.add_routed(prefill.id, req.num_prompt_tokens, self._hit_tokens(req, hit_blocks), how)
         self.decisions.add(req, decision, views, prefill.id if prefill is not None else None)
         # what the proxy holds on the worker (``gateway.proxy.forward``): uncached prompt + completion budget
-        uncached = max(0, req.num_prompt_tokens - hit_tokens)
+        uncached = req.num_prompt_tokens - hit
         ticket = self._watch.open(record.id, uncached, uncached + (req.max_tokens or 0))
         return Routed(
-            request=req, decision=decision, record=record, prefix_hit_tokens=hit_tokens, prefill=prefill,
-            best_hit_tokens=best_tokens, ticket=ticket,
+            request=req, decision=decision, record=record,
+            prefix_hit_tokens=self._cached_tokens(req, chosen.gpu_hit_blocks, record), prefill=prefill,
+            best_hit_tokens=best_tokens, ticket=ticket, uncached_tokens=uncached,
         )  # fmt: skip
 
     def route_to(self, req: RouteRequest, record: WorkerRecord, reason: str) -> Routed:
@@ -273,6 +277,10 @@ class Router:
         if not req.block_hashes:
             return Placement.OTHER
         return placement_of([v for v in views if v.healthy], WorkerId(worker))
+
+    def _hit_tokens(self, req: RouteRequest, hit_blocks: int) -> int:
+        """Prompt tokens covered by ``hit_blocks`` leading cached blocks, in the gateway's tokens."""
+        return min(hit_blocks * self._block_size, req.num_prompt_tokens) if hit_blocks > 0 else 0
 
     def _cached_tokens(self, req: RouteRequest, hit_blocks: int, record: WorkerRecord | None = None) -> int:
         """Prompt tokens covered by ``hit_blocks`` leading cached blocks (at most the whole prompt).

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +16,11 @@ from kvgate_core.tokenize.request_prompt import Endpoint
 from loadtest.bench_routing import (
     CASES,
     DEFAULT_CASES,
+    PEER_TUNED_ARGS,
+    SCENARIOS,
+    _fleet_spec,
+    _workload,
+    peer_case,
     imbalance,
     outside_ttfts,
     replica_lag_quantile,
@@ -134,6 +141,31 @@ def test_the_first_gateway_only_case_is_a_diagnosis_not_a_default() -> None:
     assert case.gateways == 4 and case.drive_first_only and not CASES["pca_x4"].drive_first_only
     assert "pca_x4_first" not in DEFAULT_CASES and "pca_x4" in DEFAULT_CASES
     assert case.slug("trace") != CASES["pca_x4"].slug("trace")  # their records do not overwrite each other
+
+
+def test_a_peer_case_runs_the_preset_in_kvgates_place(tmp_path: Path) -> None:
+    tuned = peer_case("vllm-router:cache_aware:tuned", Path("/venv"))
+    assert tuned.label == "vllm-router cache_aware (tuned)" and tuned.router_cmd is not None
+    assert tuned.router_cmd.startswith("/venv/bin/vllm-router ") and tuned.router_cmd.endswith(PEER_TUNED_ARGS)
+    assert "{port}" in tuned.router_cmd and "{metrics_port}" not in tuned.router_cmd  # given a port of its own
+    plain = peer_case("vllm-router:cache_aware", Path("/venv"))
+    assert PEER_TUNED_ARGS not in (plain.router_cmd or "") and plain.slug("x") != tuned.slug("x")
+    with pytest.raises(ValueError, match="known peers"):
+        peer_case("nginx", Path("/venv"))
+    scenario = SCENARIOS["chat_closed"]
+    _, workers = _workload(replace(scenario, sessions=lambda _quick: []), True, foreign=True)
+    spec = _fleet_spec(scenario, tuned, tmp_path, None, workers)
+    assert spec.router_cmd == tuned.router_cmd and spec.policy is None and spec.workers == 4
+
+
+def test_chat_closed_on_the_foreign_fleet_announces_no_capacity(tmp_path: Path) -> None:
+    """The case of a sidecar in front of engines that say nothing: no ``#kv_tokens=`` unless asked."""
+    scenario = SCENARIOS["chat_closed"]
+    assert (scenario.rate, scenario.concurrency, scenario.workers) == (None, 32, 4)
+    _, workers = _workload(replace(scenario, sessions=lambda _quick: []), True, foreign=True)
+    assert _fleet_spec(scenario, CASES["pca"], tmp_path, None, workers).worker_fragment == ""
+    told = _fleet_spec(replace(scenario, announce=True), CASES["pca"], tmp_path, None, workers)
+    assert told.worker_fragment == f"kv_tokens={workers.kv_tokens}"
 
 
 def test_upstream_ttft_mean_pools_every_route_of_every_gateway() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 
 import pytest
 
@@ -68,12 +69,12 @@ def test_predictions_that_do_not_come_true_shrink_the_assumed_cache() -> None:
     units, approx = learner()
     units.set_engine_capacity("w", 16_000)
     assert approx.capacity("w") == 1_000
-    for _ in range(20):
-        finish(units, predicted=512, reported=0)
-    assert approx.capacity("w") < 1_000 * 0.97**19
+    for _ in range(10):
+        finish(units, predicted=512, reported=0)  # whole misses: the largest step
+    assert approx.capacity("w") < 1_000 * 0.85**9
     for _ in range(2_000):
         finish(units, predicted=512, reported=0)
-    assert approx.capacity("w") == pytest.approx(1_000 * CapacityConfig().min_scale, rel=0.03)  # bounded
+    assert approx.capacity("w") == int(1_000 * CapacityConfig().min_scale)  # bounded
     small = approx.capacity("w")
     finish(units, predicted=512, reported=500)  # within a block of the prediction: nothing to learn
     assert approx.capacity("w") == small
@@ -108,14 +109,14 @@ def test_a_worker_read_from_events_corrects_nothing() -> None:
 def test_status_says_what_was_learned() -> None:
     units, _ = learner(BYTES_PER_TOKEN)
     units.set_engine_capacity("w", 16_000)
-    finish(units, gateway=4_800, engine=1_000, predicted=512, reported=0)
+    finish(units, gateway=5_600, engine=1_000, predicted=512, reported=0)
     got = units.units("w")
     assert got is not None
     assert got.as_dict() == {
-        "gateway_tokens_per_engine_token": 4.8,
-        "capacity_scale": 0.97,
-        "assumed_capacity_blocks": int(16_000 * 4.8 * 0.97 / 16),
-        "kept_capacity_blocks": int(16_000 * 4.8 * 0.97 / 16),
+        "gateway_tokens_per_engine_token": 5.6,
+        "capacity_scale": 0.85,  # a whole miss: the largest step
+        "assumed_capacity_blocks": int(16_000 * 5.6 * 0.85 / 16),
+        "kept_capacity_blocks": int(16_000 * 5.6 * 0.85 / 16),
         "usage_samples": 1,
         "missed_predictions": 1,
         "short_predictions": 0,
@@ -132,7 +133,7 @@ def test_the_index_keeps_placement_for_headroom_over_the_assumed_capacity() -> N
     assert approx.held("w") == 1_100
     for _ in range(5):
         finish(units, predicted=0, reported=256)  # full by the assumed capacity, not by the kept one
-    assert status.shortfalls == 5 and status.pushed_blocks > 1_000
+    assert status.shortfalls >= 1 and status.pushed_blocks > 1_000
     assert CapacityConfig().headroom > 1  # the default keeps more than it assumes
     with pytest.raises(ValueError):
         CapacityConfig(headroom=0.9)
@@ -158,3 +159,51 @@ def test_memory_stays_within_the_budget_under_churn() -> None:
             finish(units, worker, predicted=0, reported=4_096)  # "grow": the budget still holds
         assert approx.num_blocks() <= 2_000
     assert approx.num_blocks() > 1_000  # the budget is used, not starved
+
+
+def _closed_loop(real_blocks: int, assumed_blocks: int, requests: int) -> int:
+    """One worker whose engine keeps ``real_blocks`` in an LRU, the gateway starting from
+    ``assumed_blocks`` (16-token blocks, units equal): multi-turn sessions of growing prompts, each
+    predicted from the index, answered by the LRU, then observed. What the index keeps at the end."""
+    units, approx = learner(headroom=1.25, capacity_blocks=assumed_blocks)
+    lru: OrderedDict[int, None] = OrderedDict()
+    rng = random.Random(7)
+    turns = [0] * 40
+    for _ in range(requests):
+        s = rng.randrange(len(turns))
+        turns[s] += 1
+        hashes = [s * 10_000 + i for i in range(8 * turns[s])]  # 8 new blocks a turn
+        predicted = approx.longest_prefix(hashes, ["w"]).get("w")
+        cached = 0
+        while cached < len(hashes) and hashes[cached] in lru:
+            cached += 1
+        for h in hashes:
+            lru[h] = None
+            lru.move_to_end(h)
+        while len(lru) > real_blocks:
+            lru.popitem(last=False)
+        approx.record_routed("w", hashes)
+        predicted_tokens = 16 * (predicted.gpu_blocks if predicted is not None else 0)
+        finish(units, predicted=predicted_tokens, reported=16 * cached)
+    return approx.capacity("w")
+
+
+@pytest.mark.parametrize("start", [30.0, 3.0, 0.3])
+def test_a_worker_that_announces_nothing_is_learned_in_both_directions(start: float) -> None:
+    """Started 30× or 3× too large (the index's default against a small cache) or 3× too small, the assumed
+    cache the index keeps comes near the engine's within a few hundred requests (with a fixed 3% step, the
+    3× start was still 2.4× the engine's there)."""
+    real = 2_000
+    kept = _closed_loop(real, int(real * start), requests=350)
+    assert 0.7 * real < kept < 1.4 * real, kept
+
+
+def test_a_miss_bounds_the_capacity_by_what_the_index_holds() -> None:
+    """The engine evicted a block the index still holds: its cache is smaller than what the index holds."""
+    units, approx = learner()
+    units.set_engine_capacity("w", 160_000)  # 10,000 blocks assumed
+    approx.record_routed("w", range(600))
+    finish(units, predicted=512, reported=256)
+    assert approx.capacity("w") == 600
+    finish(units, predicted=512, reported=0)  # and the step from there
+    assert approx.capacity("w") == pytest.approx(600 * 0.85, abs=1)

@@ -385,6 +385,28 @@ def test_the_best_prediction_is_counted_in_the_same_tokens_as_the_prediction() -
     assert routed.prefix_hit_tokens == routed.best_hit_tokens == 8
 
 
+def test_with_bytes_for_tokens_the_load_a_hit_spares_is_counted_in_the_gateways_tokens() -> None:
+    """The prediction is in the engine's tokens, the load in the gateway's: a warm worker's request brings its
+    uncached bytes, not its prompt's bytes less a hit in engine tokens (which made warm look cold)."""
+    from gateway.engines.profiles import EngineKind
+
+    fleet = _fleet("m")
+    record = fleet.get("w0")
+    assert record is not None
+    record.facts.kind, record.facts.block_size = EngineKind.VLLM, 4
+    load = MemoryLoadBoard()
+    index = FakeIndex(hits={"w0": PrefixHit(gpu_blocks=2)})
+    router = Router(fleet=fleet, load=load, policy=FakePolicy(needs=frozenset(Need)),
+                    analyzer=cast(PromptAnalyzer, FakeAnalyzer()), kv_index=index, block_size=16,
+                    metrics=Metrics(), units=FixedUnits(ratio=4.0))  # fmt: skip
+    routed = router.route(router.prepare(_parsed(), {}))  # 40 bytes of prompt, 2 16-byte blocks cached
+    assert routed.prefix_hit_tokens == 8  # engine tokens: what its usage will report
+    assert routed.uncached_tokens == 40 - 32  # bytes: the load it brings
+    assert load.loads(["w0"])[0].recent_cached_tokens == pytest.approx(32, rel=1e-3)  # a decaying window
+    assert routed.moved_to(record).uncached_tokens == 40  # moved by load: nothing predicted cached
+    assert routed.without_prefill().uncached_tokens == 8
+
+
 def test_the_policy_sees_which_in_flight_prompts_still_wait_for_their_first_token() -> None:
     policy = FakePolicy(needs=frozenset({Need.BLOCK_HASHES}))
     load = MemoryLoadBoard()
