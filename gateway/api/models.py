@@ -75,6 +75,10 @@ class EngineInfo(BaseModel):
     served_model: str | None
     load_signal: str
     load_note: str
+    #: the path the load figures were last read from (None: never read)
+    load_path: str | None = None
+    #: seconds since they were read (None: never)
+    load_age_s: float | None = None
     block_size: int
     block_size_source: str
     kv_capacity_tokens: int | None

@@ -4,6 +4,10 @@
 - ``kvgate``: kvgate's own ``GET /load`` JSON ``{running, waiting, kv_usage, max_running, cached blocks…}``.
 - ``prometheus``: Prometheus text, the gauges named per engine in ``gateway.engines.prometheus``.
 - ``sglang_loads``: SGLang's ``GET /v1/loads`` JSON, one entry per DP rank under ``loads``.
+- ``sglang_get_load``: the older SGLang's ``GET /get_load``, a JSON list with one entry per DP rank
+  (``dp_rank``, ``num_reqs`` = running + waiting, ``num_waiting_reqs``, ``num_tokens`` or ``num_pages``):
+  ``GetLoadReqOutput`` in SGLang's ``python/sglang/srt/managers/io_struct.py``, filled by the scheduler's
+  ``get_load``.
 - ``trtllm_json``: TensorRT-LLM's ``GET /metrics``, a JSON list of iteration stats drained on read: the newest
   counts; an empty list means no iteration ran since the last read (the previous figures stand).
 """
@@ -34,6 +38,8 @@ def parse_load(kind: EngineKind, load_format: LoadFormat, body: bytes) -> Engine
         return kvgate_load(data) if isinstance(data, dict) else NoLoad("/load is not a JSON object")
     if load_format == "sglang_loads":
         return sglang_loads(data)
+    if load_format == "sglang_get_load":
+        return sglang_get_load(data)
     return trtllm_stats(data)
 
 
@@ -77,6 +83,17 @@ def sglang_loads(data: object) -> EngineLoad | NoLoad:
         max_running=sum(_int(r, "max_running_requests") for r in ranks),
         capacity_tokens=capacity or None,
     )
+
+
+def sglang_get_load(data: object) -> EngineLoad | NoLoad:
+    """The older SGLang ``/get_load``: requests summed over DP ranks, running = ``num_reqs`` - waiting (it
+    carries no KV usage or capacity)."""
+    entries = data if isinstance(data, list) else [data]
+    ranks = [r for r in entries if isinstance(r, dict) and "num_reqs" in r]
+    if not ranks:
+        return NoLoad("/get_load has no entries with num_reqs")
+    waiting = sum(_int(r, "num_waiting_reqs") for r in ranks)
+    return EngineLoad(running=max(0, sum(_int(r, "num_reqs") for r in ranks) - waiting), waiting=waiting)
 
 
 def trtllm_stats(data: object) -> EngineLoad | NoLoad:

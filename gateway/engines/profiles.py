@@ -32,8 +32,9 @@ class EngineKind(StrEnum):
 
 
 #: The shape of an engine's load endpoint: kvgate's ``/load`` JSON, Prometheus text, SGLang's ``/v1/loads``
-#: JSON, TensorRT-LLM's draining JSON ``/metrics`` (a list of iteration stats).
-LoadFormat = Literal["kvgate", "prometheus", "sglang_loads", "trtllm_json", "none"]
+#: JSON, the older SGLang's ``/get_load`` JSON list, TensorRT-LLM's draining JSON ``/metrics`` (a list of
+#: iteration stats).
+LoadFormat = Literal["kvgate", "prometheus", "sglang_loads", "sglang_get_load", "trtllm_json", "none"]
 #: How the engine's prompt tokens can be compared with the gateway's: kvgate/vLLM ``POST /tokenize``,
 #: SGLang ``POST /v1/tokenize`` (same body), TGI ``POST /chat_tokenize``, or no messages-level probe.
 ParityRoute = Literal["tokenize", "v1_tokenize", "chat_tokenize", "none"]
@@ -66,6 +67,12 @@ class EngineProfile:
         default_block_size: the engine's KV block (page) size in tokens when nothing says otherwise.
         events: where its KV events come from.
         namespace_fields: request fields the engine folds into its cache namespace (hash root).
+        fallback_load: where the engine publishes load when ``load_path`` answers 404 there, and its format:
+            SGLang before ``/v1/loads``: ``/get_load``; TensorRT-LLM without ``return_perf_metrics`` (no
+            ``/prometheus/metrics``): its JSON ``/metrics``.
+        load_timeout_s: the load scrape's deadline where the engine answers it slowly by design
+            (TensorRT-LLM's JSON ``/metrics`` answers only after 2 s without new iteration stats); None: the
+            health probe's.
     """
 
     kind: EngineKind
@@ -81,6 +88,8 @@ class EngineProfile:
     default_block_size: int
     events: EventSource
     namespace_fields: tuple[str, ...] = ()
+    fallback_load: tuple[str, LoadFormat] | None = None
+    load_timeout_s: float | None = None
 
 
 PROFILES: Final[dict[EngineKind, EngineProfile]] = {
@@ -94,11 +103,12 @@ PROFILES: Final[dict[EngineKind, EngineProfile]] = {
     ),
     EngineKind.SGLANG: EngineProfile(
         EngineKind.SGLANG, "/v1/loads?include=core", "sglang_loads", True, "v1_tokenize", True, True, "flag",
-        False, "yes", 1, "zmq", ("cache_salt", "extra_key"),
+        False, "yes", 1, "zmq", ("cache_salt", "extra_key"), fallback_load=("/get_load", "sglang_get_load"),
     ),
     EngineKind.TRTLLM: EngineProfile(
-        EngineKind.TRTLLM, "/metrics", "trtllm_json", True, "none", True, True, "always", False, "yes", 32,
-        "trtllm_http", ("cache_salt",),
+        EngineKind.TRTLLM, "/prometheus/metrics", "prometheus", True, "none", True, True, "always", False,
+        "yes", 32, "trtllm_http", ("cache_salt",), fallback_load=("/metrics", "trtllm_json"),
+        load_timeout_s=4.0,
     ),
     EngineKind.TGI: EngineProfile(
         EngineKind.TGI, "/metrics", "prometheus", True, "chat_tokenize", True, True, "never", False, "yes", 1,
@@ -140,6 +150,9 @@ class EngineFacts:
         load_signal: ``"engine"`` when the last load scrape succeeded, ``"in-flight"`` when the gateway's own
             count stands in (with ``load_note`` saying why).
         load_note: where the load figures come from, or why there are none.
+        load_path: the path the load figures are read from now (the profile's, or its ``fallback_load`` once
+            that answered instead); None before a read succeeded.
+        load_read_at: when (the health checker's monotonic clock) the last read succeeded; None: never.
         no_affinity_reason: set when cache affinity cannot pay off on this worker (policies route it by load).
         reports_cached_tokens: whether its responses carry ``cached_tokens`` (None: not seen yet).
         index_mode: where its prefix hits come from (``gateway.kvindex.hybrid``): ``precise`` (its KV
@@ -159,6 +172,8 @@ class EngineFacts:
     event_endpoints: tuple[str, ...] = ()
     load_signal: Literal["engine", "in-flight"] = "in-flight"
     load_note: str = "not read yet"
+    load_path: str | None = None
+    load_read_at: float | None = None
     no_affinity_reason: str | None = None
     events_trusted: bool = True
     reports_cached_tokens: bool | None = None

@@ -3,6 +3,8 @@ object (which the KV service extends with its ``events`` state)."""
 
 from __future__ import annotations
 
+import time
+
 from gateway.engines.affinity import prefix_reuse_now
 from gateway.engines.profiles import EngineFacts, EngineKind
 
@@ -16,9 +18,12 @@ def health_basis(facts: EngineFacts) -> str:
     return f"passive: /health is a static 200 on {facts.kind}; failed requests open its circuit breaker"
 
 
-def engine_summary(facts: EngineFacts, configured: EngineKind) -> dict[str, object]:
-    """The ``engine`` object of one worker in ``/admin/workers``."""
+def engine_summary(facts: EngineFacts, configured: EngineKind, now: float | None = None) -> dict[str, object]:
+    """The ``engine`` object of one worker in ``/admin/workers`` (``now``: the health checker's monotonic
+    clock, for the load figures' age)."""
     profile = facts.profile
+    read_at = facts.load_read_at
+    age = (time.monotonic() if now is None else now) - read_at if read_at is not None else None
     return {
         "kind": str(facts.kind),
         "configured": str(configured),
@@ -27,6 +32,8 @@ def engine_summary(facts: EngineFacts, configured: EngineKind) -> dict[str, obje
         "served_model": facts.served_model,
         "load_signal": facts.load_signal,
         "load_note": facts.load_note,
+        "load_path": facts.load_path,
+        "load_age_s": round(age, 3) if age is not None else None,
         "block_size": facts.block_size if facts.block_size is not None else profile.default_block_size,
         "block_size_source": "engine" if facts.block_size is not None else "default",
         "kv_capacity_tokens": facts.kv_capacity_tokens,
@@ -44,6 +51,8 @@ def describe(worker_id: str, facts: EngineFacts) -> str:
     profile = facts.profile
     version = f" {facts.version}" if facts.version else ""
     load = f"load from {profile.load_path}" if profile.load_path else "no load signal (in-flight count)"
+    if profile.fallback_load is not None:
+        load += f" (else {profile.fallback_load[0]})"
     block = (
         f"block {facts.block_size}" if facts.block_size else f"block {profile.default_block_size} (default)"
     )

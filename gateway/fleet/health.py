@@ -8,6 +8,12 @@ whose engine could not be told (``auto`` after a detection that got no answer) i
 service starts that worker's event feed there). One probe asks each path at most once (``OnceGet``), so
 detection and the first load scrape share ``/v1/models`` and vLLM's ``/metrics``.
 
+The load scrape runs beside the probe, not in it: under its own deadline (the engine profile's
+``load_timeout_s`` where the engine answers slowly by design, as TensorRT-LLM's JSON ``/metrics`` does, else
+the probe's), at most one at a time per worker (TensorRT-LLM's drains a queue), and a scrape that fails or
+runs late leaves the gateway's in-flight count standing in for that worker's load without touching its
+health. The background loop does not wait for scrapes, so a slow one never delays the next round.
+
 A probe failure marks the worker unhealthy (it gets no traffic until a probe passes). Passive failures seen
 by the proxy feed the worker's circuit breaker instead (``fleet.breaker``); on an engine whose ``/health`` is
 a static 200 (DeepSpeed-MII: ``health_trusted`` false) that breaker is the only real signal. The round also
@@ -106,26 +112,32 @@ class HealthChecker:
         self._clock = clock
         self._models_read_at: dict[str, float] = {}
         self._detected_at: dict[str, float] = {}
+        self._scrapes: dict[str, asyncio.Task[None]] = {}  # per worker: its load scrape under way
 
     async def run(self) -> None:
         """Probe until cancelled: every worker once per interval, unhealthy ones every second; a round's
         probes start evenly spread over its tick."""
         tick_s = min(self._interval_s, 1.0)
         since_full_s = 0.0
-        while True:
-            since_full_s += tick_s
-            full = since_full_s >= self._interval_s
-            if full:
-                since_full_s = 0.0
-            try:
-                await self.round(full=full, spread_s=tick_s)
-            except Exception:  # a background loop survives anything; the next round retries
-                logger.exception("health round failed")
-                await asyncio.sleep(tick_s)
+        try:
+            while True:
+                since_full_s += tick_s
+                full = since_full_s >= self._interval_s
+                if full:
+                    since_full_s = 0.0
+                try:
+                    await self.round(full=full, spread_s=tick_s, wait_load=False)
+                except Exception:  # a background loop survives anything; the next round retries
+                    logger.exception("health round failed")
+                    await asyncio.sleep(tick_s)
+        finally:
+            for task in self._scrapes.values():
+                task.cancel()
 
-    async def round(self, *, full: bool = True, spread_s: float = 0.0) -> None:
+    async def round(self, *, full: bool = True, spread_s: float = 0.0, wait_load: bool = True) -> None:
         """Probe workers (only unhealthy ones unless ``full``), starting them ``spread_s`` / n apart (all at
-        once by default; the round lasts at least ``spread_s``), then finish idle drains."""
+        once by default; the round lasts at least ``spread_s``), then finish idle drains; ``wait_load``:
+        also wait for the load scrapes the round started (the background loop does not)."""
         records = list(self._fleet)
         due = [r for r in records if not r.draining and (full or not r.healthy)]
         gap = spread_s / max(1, len(due))
@@ -138,6 +150,8 @@ class HealthChecker:
             if not due and spread_s > 0:
                 await asyncio.sleep(spread_s)
             await asyncio.gather(*tasks)
+            if wait_load:
+                await self.settle()
         finally:
             for task in tasks:
                 task.cancel()
@@ -147,10 +161,18 @@ class HealthChecker:
                 self._models_read_at.pop(record.id, None)
                 self._detected_at.pop(record.id, None)
                 self._on_removed(record.id)
+        for gone in self._scrapes.keys() - {r.id for r in self._fleet}:  # removed by drain or by the admin
+            self._scrapes.pop(gone).cancel()
+
+    async def settle(self) -> None:
+        """Until every load scrape under way has ended (each is bounded by its deadline)."""
+        pending = [t for t in self._scrapes.values() if not t.done()]
+        if pending:
+            await asyncio.wait(pending)
 
     async def probe(self, record: WorkerRecord) -> None:
         """Probe one worker: healthy when ``/health`` answers 200; then its engine is detected if due, and
-        its load signal read."""
+        a read of its load signal started (``settle`` waits for it)."""
         was_healthy = record.healthy
         get = OnceGet(self._get)
         try:
@@ -217,4 +239,20 @@ class HealthChecker:
             if status == 200 and isinstance(data := orjson.loads(body), dict):
                 apply_models(record, data)
                 self._models_read_at[record.id] = now
-        await scrape_load(record, get, enabled=self._read_load)
+        running = self._scrapes.get(record.id)
+        if running is None or running.done():  # never two at once: TensorRT-LLM's /metrics drains on read
+            self._scrapes[record.id] = asyncio.create_task(self._scrape(record, get))
+
+    async def _scrape(self, record: WorkerRecord, get: Get) -> None:
+        """One load read under its own deadline; a failure leaves the in-flight count standing in, and the
+        worker's health as the probe found it."""
+        facts = record.facts
+        deadline = max(facts.profile.load_timeout_s or 0.0, self._probe_timeout_s)
+        try:
+            async with asyncio.timeout(deadline):
+                await scrape_load(record, get, enabled=self._read_load, clock=self._clock)
+        except (TimeoutError, OSError, ValueError) as exc:
+            path = facts.load_path or facts.profile.load_path
+            why = f"no answer within {deadline:g} s" if isinstance(exc, TimeoutError) else repr(exc)
+            facts.load_signal = "in-flight"
+            facts.load_note = f"GET {path}: {why}; in-flight count stands in (last figures kept)"

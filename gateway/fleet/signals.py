@@ -1,15 +1,18 @@
 """A worker's engine signals onto its record: the detected facts, and each round's load scrape.
 
 The scrape reads the load signal the worker's engine profile names (kvgate's ``/load``, vLLM/LMDeploy/TGI
-``/metrics``, SGLang ``/v1/loads``, TensorRT-LLM's draining JSON ``/metrics``) and writes the figures onto
-the same ``WorkerRecord`` fields kvgate's own workers fill, so the policies see one shape. Where an engine
-has no signal, or it fails, ``facts.load_signal`` says ``in-flight`` and ``facts.load_note`` says why: the
-gateway's own in-flight count is then the load term.
+``/metrics``, SGLang ``/v1/loads`` or, where that answers 404, the older SGLang's ``/get_load``,
+TensorRT-LLM's ``/prometheus/metrics`` or, without it, its slow and draining JSON ``/metrics``) and writes
+the figures onto the same ``WorkerRecord`` fields kvgate's own workers fill, so the policies see one shape.
+Where an engine has no signal, or it fails, ``facts.load_signal`` says ``in-flight`` and ``facts.load_note``
+says why: the gateway's own in-flight count is then the load term. ``facts.load_path`` and
+``facts.load_read_at`` say where and when it was last read.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from gateway.engines.affinity import update_affinity
 from gateway.engines.figures import EngineLoad, NoLoad
@@ -28,6 +31,7 @@ _NOT_DETECTED = frozenset(
         "events_trusted",
         "reports_cached_tokens",
         "index_mode",
+        "load_read_at",
     }
 )
 
@@ -73,9 +77,11 @@ def _stand_in(record: WorkerRecord, note: str, *, zero: bool = False) -> None:
         record.kv_usage = 0.0
 
 
-async def scrape_load(record: WorkerRecord, get: Get, *, enabled: bool = True) -> None:
+async def scrape_load(
+    record: WorkerRecord, get: Get, *, enabled: bool = True, clock: Callable[[], float] = lambda: 0.0
+) -> None:
     """Read the worker's load signal once and apply it (``enabled=False``: ``--engine-load off``, the
-    gateway's in-flight count stands in for every worker).
+    gateway's in-flight count stands in for every worker); ``clock``: when a successful read answered.
 
     Raises:
         OSError, TimeoutError: the GET failed (the caller marks the worker unhealthy, as for ``/health``).
@@ -90,7 +96,7 @@ async def scrape_load(record: WorkerRecord, get: Get, *, enabled: bool = True) -
     if facts.kind is EngineKind.AUTO:
         _stand_in(record, "engine not detected yet; the gateway's in-flight count stands in", zero=True)
         return
-    path = profile.load_path
+    path, load_format = profile.load_path, profile.load_format
     if path is None:
         _stand_in(
             record,
@@ -98,11 +104,17 @@ async def scrape_load(record: WorkerRecord, get: Get, *, enabled: bool = True) -
             zero=True,
         )
         return
+    fallback = profile.fallback_load
+    if fallback is not None and facts.load_path == fallback[0]:
+        path, load_format = fallback  # it answered there before (an older release, a flag left off)
     status, body = await get(record.url, path)
+    if status == 404 and fallback is not None and path != fallback[0]:
+        path, load_format = fallback
+        status, body = await get(record.url, path)
     if status != 200:
         _stand_in(record, f"GET {path} answered {status}; in-flight count stands in (last figures kept)")
         return
-    parsed = parse_load(facts.kind, profile.load_format, body)
+    parsed = parse_load(facts.kind, load_format, body)
     if isinstance(parsed, NoLoad):
         if parsed.keep_previous and facts.load_signal == "engine":
             facts.load_note = f"from {path}: {parsed.reason}; the last figures stand"
@@ -111,6 +123,7 @@ async def scrape_load(record: WorkerRecord, get: Get, *, enabled: bool = True) -
         return
     apply_engine_load(record, parsed)
     facts.load_signal = "engine"
+    facts.load_path, facts.load_read_at = path, clock()
     facts.load_note = f"from {path}" + (
-        " (drained on read: kvgate is its only reader)" if profile.load_format == "trtllm_json" else ""
+        " (drained on read: kvgate is its only reader)" if load_format == "trtllm_json" else ""
     )

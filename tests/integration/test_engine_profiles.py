@@ -26,7 +26,7 @@ import orjson
 import pytest
 
 from tests.support.engines.fleet import EngineFleet, engine_fleet
-from tests.support.procs import free_port
+from tests.support.procs import free_port, free_port_run
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -187,6 +187,27 @@ class TestSGLang(EngineContract):
         assert fleet.engine_facts()["events"]
 
 
+class TestSGLangDataParallel:
+    """SGLang with two DP ranks, started with nothing but its URL: ``/server_info``'s ``kv_events`` descriptor
+    names one publisher per rank (base port + rank), the gateway follows both, and the blocks of either rank
+    are the worker's."""
+
+    @pytest.fixture(scope="class")
+    def fleet(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFleet]:
+        flags = (*FAKE_FLAGS, "--page-size", "16", "--dp-size", "2", "--events-port", str(free_port_run(2)))
+        tmp = tmp_path_factory.mktemp("sglang-dp")
+        with engine_fleet("sglang", tmp, fake_flags=[flags], gateway_flags=BYTES) as f:
+            yield f
+
+    def test_both_ranks_events_are_indexed(self, fleet: EngineFleet) -> None:
+        payloads = [body("sglang-fake", content=f"rank {r} alone saw this prompt " * 8) for r in range(2)]
+        for payload in payloads:  # the fake's DP controller sends them round robin: one to each rank
+            httpx.post(fleet.fakes[0] + "/v1/chat/completions", json=payload, timeout=30).raise_for_status()
+        for payload in payloads:
+            wait_until(lambda p=payload: prefix_hit(fleet, p) >= 16, timeout_s=10, interval_s=0.1)
+        assert len(fleet.engine_facts()["events"]["sources"]) == 2
+
+
 class TestSGLangConfiguredEvents:
     """SGLang's ZMQ events when the worker URL names the engine, its publisher and model
     (``#engine=sglang&events=…&model=…``): event decoding and re-chunking of 32-token pages alone, apart from
@@ -215,8 +236,9 @@ class TestSGLangConfiguredEvents:
 
 
 class TestTensorRTLLM(EngineContract):
-    """TensorRT-LLM: draining JSON /metrics, no parity probe, cached_tokens always, HTTP event
-    drain with partial blocks and two windows, a dropped connection instead of an error event."""
+    """TensorRT-LLM: /prometheus/metrics (else the slow JSON /metrics), no parity probe, cached_tokens
+    always, HTTP event drain with partial blocks and two windows, a dropped connection instead of an error
+    event."""
 
     ENGINE, MODEL, BLOCK_SIZE = "trtllm", "Qwen3-8B", 32
 
@@ -224,8 +246,10 @@ class TestTensorRTLLM(EngineContract):
     def fleet(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineFleet]:
         tmp = tmp_path_factory.mktemp("trtllm")
         (tmp / "Qwen3-8B").mkdir()
+        # its load at /prometheus/metrics (return_perf_metrics): the JSON /metrics answers only after 2 s
+        # without new iteration stats, never under steady load (the unit tests read it that way)
         flags = (*FAKE_FLAGS, "--model", str(tmp / "Qwen3-8B"), "--event-buffer-max-size", "10000",
-                 "--extra-window-size", "512")  # fmt: skip
+                 "--extra-window-size", "512", "--return-perf-metrics")  # fmt: skip
         with engine_fleet("trtllm", tmp, fake_flags=[flags], gateway_flags=BYTES) as f:
             yield f
 

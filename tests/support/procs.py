@@ -3,6 +3,7 @@ polling: ``tests.support.waiting``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -14,7 +15,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def free_port(_given: set[int] = set()) -> int:  # noqa: B006 - the ports this test process handed out
+#: the ports this test process handed out (free_port, free_port_run)
+_GIVEN: set[int] = set()
+
+
+def free_port(_given: set[int] = _GIVEN) -> int:
     """A free loopback port not handed out before in this process: the kernel may give a just-released port
     again before the server it was picked for has bound it."""
     while True:
@@ -24,6 +29,24 @@ def free_port(_given: set[int] = set()) -> int:  # noqa: B006 - the ports this t
         if port not in _given:
             _given.add(port)
             return port
+
+
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive free loopback ports (an engine that opens one socket per DP rank on
+    a base port + rank), none handed out before in this process."""
+    while True:
+        base = free_port()
+        if base + count > 65_535:
+            continue
+        try:
+            with contextlib.ExitStack() as stack:
+                for offset in range(1, count):
+                    sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                    sock.bind(("127.0.0.1", base + offset))
+        except OSError:
+            continue
+        _GIVEN.update(range(base + 1, base + count))
+        return base
 
 
 def start_process(

@@ -1,4 +1,5 @@
-"""Where an engine publishes its KV events: vLLM's ``GET /kv_event_sources``, one source per DP rank.
+"""Where an engine publishes its KV events, one source per DP rank: vLLM's ``GET /kv_event_sources``,
+SGLang's ``GET /server_info`` (``discover_sglang_sources``).
 
 vLLM 0.32 answers ``{dp_rank: KVEventsConfig}`` (``entrypoints/serve/instrumentator/basic.py``,
 ``v1/engine/core_client.py``), each config as its publisher resolved it (the port already offset by the DP
@@ -58,11 +59,24 @@ async def discover_event_sources(get: Get, worker_url: str) -> list[EventSource]
 
 
 async def discover_sglang_sources(get: Get, worker_url: str) -> list[EventSource]:
-    """SGLang's KV event publisher, read from ``GET /server_info``'s ``kv_events_config`` (the JSON string
-    given to ``--kv-events-config``, or a mapping); SGLang lists ``kv_event_sources`` only in gRPC mode.
-    Its ``publisher`` defaults to ``"null"``: no events unless it says ``"zmq"``."""
+    """SGLang's KV event publishers, one per DP rank, read from ``GET /server_info``.
+
+    SGLang runs one publisher per independent KV cache (``dp_size`` of them), rank ``r`` on the configured
+    port + ``r``, each with its own sequence and, when configured, its own replay ROUTER on the replay port
+    + ``r``. Newer releases describe them in a ``kv_events`` object (``dp_size``, ``endpoint_host``,
+    ``endpoint_port_base``, ``replay_endpoint_host``, ``replay_endpoint_port_base``, ``topic``,
+    ``block_size``: ``describe_kv_events_publisher`` in SGLang's
+    ``python/sglang/srt/entrypoints/runtime_context.py``); older ones only echo ``kv_events_config`` (the JSON
+    string given to ``--kv-events-config``, or a mapping) beside the flattened ``dp_size``. The
+    ``publisher`` defaults to ``"null"``: no events unless it says ``"zmq"``."""
     body = json_of(*await get(worker_url, "/server_info"))
-    config = body.get("kv_events_config") if isinstance(body, Mapping) else None
+    if not isinstance(body, Mapping):
+        return []
+    host = urlsplit(worker_url).hostname or "127.0.0.1"
+    described = body.get("kv_events")
+    if isinstance(described, Mapping):
+        return _sglang_described(described, host)
+    config = body.get("kv_events_config")
     if isinstance(config, str):
         try:
             config = orjson.loads(config)
@@ -70,8 +84,53 @@ async def discover_sglang_sources(get: Get, worker_url: str) -> list[EventSource
             return []
     if not isinstance(config, Mapping) or config.get("publisher") != "zmq":
         return []
-    source = _source(0, config, urlsplit(worker_url).hostname or "127.0.0.1")
-    return [source] if source is not None else []
+    first = _source(0, config, host)
+    if first is None:
+        return []
+    ranks = _positive(body.get("dp_size"))
+    return [_shifted(first, rank) for rank in range(ranks)]
+
+
+def _sglang_described(kv: Mapping[str, Any], host: str) -> list[EventSource]:
+    """The ``kv_events`` descriptor's ranks; nothing unless it names a ZMQ publisher on a port."""
+    base = kv.get("endpoint_port_base")
+    if kv.get("publisher", "zmq") != "zmq" or not isinstance(base, int) or isinstance(base, bool):
+        return []
+    where = kv.get("endpoint_host")
+    config: dict[str, Any] = {"endpoint": f"tcp://{where if isinstance(where, str) else '*'}:{base}"}
+    replay = kv.get("replay_endpoint_port_base")
+    if isinstance(replay, int) and not isinstance(replay, bool):
+        replay_host = kv.get("replay_endpoint_host")
+        config["replay_endpoint"] = f"tcp://{replay_host if isinstance(replay_host, str) else '*'}:{replay}"
+    if isinstance(topic := kv.get("topic"), str):
+        config["topic"] = topic
+    first = _source(0, config, host)
+    return [_shifted(first, rank) for rank in range(_positive(kv.get("dp_size")))] if first else []
+
+
+def _positive(value: object) -> int:
+    """A rank count as served (1 where absent or not a positive integer)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def _shifted(source: EventSource, rank: int) -> EventSource:
+    """Rank ``rank``'s publisher: rank 0's ports + ``rank``."""
+    if rank == 0:
+        return source
+    replay = source.replay_endpoint
+    return EventSource(
+        endpoint=_port_plus(source.endpoint, rank),
+        replay_endpoint=_port_plus(replay, rank) if replay is not None else None,
+        topic=source.topic,
+        dp_rank=rank,
+    )
+
+
+def _port_plus(endpoint: str, offset: int) -> str:
+    match = _TCP.match(endpoint)
+    if match is None:  # ipc:// paths have no port: every rank shares none of it
+        return endpoint
+    return f"tcp://{match['host']}:{int(match['port']) + offset}"
 
 
 def reachable_endpoint(endpoint: str, host: str) -> str | None:

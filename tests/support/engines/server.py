@@ -61,6 +61,7 @@ class FakeServer:
         check: the engine's own request checks.
         lora_of: the LoRA (adapter) name a request selects, or None.
         make_id: the id of a new response (default ``chatcmpl-``/``cmpl-`` and random hex).
+        pick: the engine that serves a job where the server runs several (SGLang's DP ranks); None: ``engine``.
     """
 
     name: str
@@ -72,6 +73,7 @@ class FakeServer:
     check: Check = _no_check
     lora_of: Callable[[Job], str | None] = lambda _job: None
     make_id: Callable[[Endpoint], str] = lambda e: openai_id(e)
+    pick: Callable[[Job], FakeEngine] | None = None
     paths: Counter[str] = field(default_factory=Counter)
     last_body: dict[str, Any] = field(default_factory=dict)
 
@@ -103,7 +105,8 @@ async def serve_generation(server: FakeServer, request: Request, endpoint: Endpo
     rejected = server.check(job)
     if rejected is not None:
         return rejected
-    gen = server.engine.submit(job.gen_request(lora=server.lora_of(job)))
+    engine = server.engine if server.pick is None else server.pick(job)
+    gen = engine.submit(job.gen_request(lora=server.lora_of(job)))
     reply = Reply(job, server.make_id(endpoint), gen)
     if job.stream:
         return StreamingResponse(sse_stream(fmt, reply), media_type="text/event-stream")

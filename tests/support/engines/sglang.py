@@ -28,15 +28,23 @@ Reproduces:
   ``BlockRemoved``, ``AllBlocksCleared`` (``POST /flush_cache``), ROUTER replay (``replay_endpoint``).
 - ``--page-size`` defaults to 1, as the CUDA backends resolve it.
 
-Not reproduced: the native ``/generate`` API, sessions, PD, DP ranks > 0, the real SHA-256 page hashes
-(hashes here are this fake's own 64-bit chain, shown signed; consumers re-hash from ``token_ids``).
+- Data parallelism with ``--dp-size N``: N ranks, each its own cache and its own publisher (rank ``r`` on the
+  configured port + ``r``, replay port + ``r``, ``r`` in every batch); requests go round robin, or to the
+  rank their ``data_parallel_rank`` names; ``/server_info`` has ``dp_size`` and, with a ZMQ publisher, the
+  ``kv_events`` descriptor (``endpoint_host``, ``endpoint_port_base``, ``replay_endpoint_port_base``,
+  ``block_size``, ``dp_size``: ``srt/entrypoints/runtime_context.py``); ``/v1/loads`` one entry per rank.
+
+Not reproduced: the native ``/generate`` API, sessions, PD, the real SHA-256 page hashes (hashes here are
+this fake's own 64-bit chain, shown signed; consumers re-hash from ``token_ids``), ``extra_key`` in events
+(SGLang leaves it out too).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -69,6 +77,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--events-port", type=int, default=None, help="shorthand: ZMQ PUB on tcp://*:PORT")
     parser.add_argument("--events-replay-port", type=int, default=None, help="with --events-port: ROUTER")
+    parser.add_argument(
+        "--dp-size", type=int, default=1, help="data-parallel ranks: one cache and one publisher each"
+    )
 
 
 class SGLangFormatter(Formatter):
@@ -96,17 +107,38 @@ class SGLangFormatter(Formatter):
         return {**base, "prompt_tokens_details": details, "reasoning_tokens": 0}
 
 
-def _loads(engine: FakeEngine, args: argparse.Namespace, request: Request) -> Response:
+def _loads(engines: Sequence[FakeEngine], request: Request) -> Response:
+    include = {x.strip() for x in request.query_params.get("include", "").split(",") if x.strip()}
+    ranks = range(len(engines))
+    if (asked := request.query_params.get("dp_rank")) is not None:
+        ranks = (
+            range(int(asked), int(asked) + 1) if asked.isdigit() and int(asked) < len(engines) else range(0)
+        )
+    loads = [_rank_load(engines[r], r, include) for r in ranks]
+    if request.query_params.get("format") == "prometheus":
+        samples = []
+        for load in loads:
+            labels = {"dp_rank": str(load["dp_rank"])}
+            flat = [(k, v) for k, v in load.items() if isinstance(v, int | float) and k != "dp_rank"]
+            flat += [(f"{sec}_{k}", v) for sec in ("memory", "queues") for k, v in load.get(sec, {}).items()]
+            samples += [Sample(f"sglang_{k}", v, labels=labels) for k, v in flat]
+        return metrics_response(samples)
+    return json_response({
+        "timestamp": datetime.now(UTC).isoformat(), "version": VERSION, "accelerator": "NVIDIA H100 80GB HBM3",
+        "num_accelerators": len(engines), "loads": loads,
+    })  # fmt: skip
+
+
+def _rank_load(engine: FakeEngine, rank: int, include: set[str]) -> dict[str, Any]:
     s = engine.stats()
     load: dict[str, Any] = {
-        "dp_rank": 0, "num_running_reqs": s.running, "num_waiting_reqs": s.waiting,
+        "dp_rank": rank, "num_running_reqs": s.running, "num_waiting_reqs": s.waiting,
         "num_waiting_uncached_tokens": s.waiting_tokens, "num_used_tokens": s.kv_used_tokens,
         "num_total_tokens": s.kv_tokens, "num_active_tokens": s.kv_used_tokens - s.cached_blocks * s.block_size,
         "max_total_num_tokens": s.kv_tokens, "max_running_requests": s.max_running,
         "token_usage": round(s.kv_usage, 4), "gen_throughput": round(s.gen_throughput, 2),
         "cache_hit_rate": round(s.cache_hit_rate, 4), "utilization": round(s.running / s.max_running, 4),
     }  # fmt: skip
-    include = {x.strip() for x in request.query_params.get("include", "").split(",") if x.strip()}
     if include != {"core"}:
         load["memory"] = {
             "weight_gb": 0.27,
@@ -121,16 +153,7 @@ def _loads(engine: FakeEngine, args: argparse.Namespace, request: Request) -> Re
             "retracted": 0,
             "prealloc_ready": 0,
         }
-    if request.query_params.get("dp_rank") not in (None, "0"):
-        return json_response({"timestamp": datetime.now(UTC).isoformat(), "version": VERSION, "loads": []})
-    if request.query_params.get("format") == "prometheus":
-        flat = [(k, v) for k, v in load.items() if isinstance(v, int | float) and k != "dp_rank"]
-        flat += [(f"{sec}_{k}", v) for sec in ("memory", "queues") for k, v in load.get(sec, {}).items()]
-        return metrics_response(Sample(f"sglang_{k}", v, labels={"dp_rank": "0"}) for k, v in flat)
-    return json_response({
-        "timestamp": datetime.now(UTC).isoformat(), "version": VERSION, "accelerator": "NVIDIA H100 80GB HBM3",
-        "num_accelerators": 1, "loads": [load],
-    })  # fmt: skip
+    return load
 
 
 def _metrics(engine: FakeEngine, model: str) -> Response:
@@ -152,7 +175,7 @@ def _metrics(engine: FakeEngine, model: str) -> Response:
 
 def _server_info(args: argparse.Namespace, events_config: str | None, engine: FakeEngine) -> dict[str, Any]:
     s = engine.stats()
-    return {
+    info = {
         "model_path": args.model, "tokenizer_path": args.model, "served_model_name": args.model,
         "host": "127.0.0.1", "port": args.port, "page_size": args.page_size, "context_length": CONTEXT_LENGTH,
         "max_running_requests": args.max_running, "enable_metrics": args.enable_metrics,
@@ -160,8 +183,12 @@ def _server_info(args: argparse.Namespace, events_config: str | None, engine: Fa
         "disable_radix_cache": False, "chunked_prefill_size": 8192, "mem_fraction_static": 0.88,
         "max_total_num_tokens": s.kv_tokens, "max_req_input_len": CONTEXT_LENGTH - 5,
         "internal_states": [{"last_gen_throughput": s.gen_throughput, "memory_usage": {"token_capacity": s.kv_tokens}}],
-        "version": VERSION,
+        "version": VERSION, "dp_size": args.dp_size,
     }  # fmt: skip
+    described = sglang_events.descriptor(events_config, args.dp_size, args.page_size)
+    if described is not None:
+        info["kv_events"] = described
+    return info
 
 
 def _tokenize(engine: FakeEngine, body: object) -> Response:
@@ -180,16 +207,26 @@ def _tokenize(engine: FakeEngine, body: object) -> Response:
 
 def create_app(args: argparse.Namespace) -> Starlette:
     events_config = sglang_events.events_config(args)
-    publisher = sglang_events.publisher_of(events_config)
-    engine = FakeEngine(engine_config(args, block_size=args.page_size), [publisher] if publisher else [])
+    publishers = sglang_events.publishers_of(events_config, args.dp_size)
+    config = engine_config(args, block_size=args.page_size)
+    engines = [FakeEngine(config, publishers[r : r + 1]) for r in range(args.dp_size)]
+    engine = engines[0]
     fmt = SGLangFormatter(args.enable_cache_report)
+    turn = itertools.count()
+
+    def pick(job: Job) -> FakeEngine:
+        """The DP controller: the rank the request names (``data_parallel_rank``), else round robin."""
+        rank = job.body.get("data_parallel_rank")
+        if isinstance(rank, int) and 0 <= rank < len(engines):
+            return engines[rank]
+        return engines[next(turn) % len(engines)]
 
     def lora_of(job: Job) -> str | None:
         lora = job.body.get("lora_path")
         return lora if isinstance(lora, str) else None
 
     server = FakeServer(NAME, VERSION, engine, fmt, token_field="input_ids", lora_of=lora_of,
-                        make_id=lambda _e: uuid.uuid4().hex)  # fmt: skip
+                        make_id=lambda _e: uuid.uuid4().hex, pick=pick)  # fmt: skip
     card = {"id": args.model, "object": "model", "created": 0, "owned_by": "sglang", "root": args.model,
             "max_model_len": CONTEXT_LENGTH}  # fmt: skip
 
@@ -215,7 +252,7 @@ def create_app(args: argparse.Namespace) -> Starlette:
         return json_response({"model_path": args.model, "tokenizer_path": args.model, "is_generation": True})
 
     async def loads(request: Request) -> Response:
-        return _loads(engine, args, request)
+        return _loads(engines, request)
 
     async def metrics(_: Request) -> Response:
         if not args.enable_metrics:
@@ -229,18 +266,19 @@ def create_app(args: argparse.Namespace) -> Starlette:
             return fmt.error_response(400, str(exc))
 
     async def flush_cache(_: Request) -> Response:
-        engine.reset()
+        for each in engines:
+            each.reset()
         return Response("Cache flushed.\nPlease check backend logs for more details. (When there are running "
                         "or waiting requests, the operation will not be performed.)\n")  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        if publisher is not None:
+        for publisher in publishers:
             publisher.start()
         try:
             yield
         finally:
-            if publisher is not None:
+            for publisher in publishers:
                 await publisher.stop()
 
     routes = [

@@ -50,11 +50,42 @@ def events_config(args: argparse.Namespace) -> str | None:
     return json.dumps(config)
 
 
-def publisher_of(config: str | None) -> ZmqKVPublisher | None:
+def publishers_of(config: str | None, dp_size: int = 1) -> list[ZmqKVPublisher]:
+    """One publisher per DP rank (SGLang runs one per independent KV cache): rank ``r`` on the configured
+    port + ``r``, its replay ROUTER on the replay port + ``r``, ``r`` in every batch."""
+    doc = json.loads(config) if config else {}
+    if doc.get("publisher", "null") != "zmq":
+        return []
+    endpoint, replay = doc.get("endpoint", "tcp://*:5557"), doc.get("replay_endpoint")
+    topic, steps = doc.get("topic", ""), int(doc.get("buffer_steps", 10_000))
+    out = []
+    for rank in range(dp_size):
+        out.append(ZmqKVPublisher(
+            port_plus(endpoint, rank), port_plus(replay, rank) if replay else None, encode_events,
+            topic=topic, buffer_steps=steps, dp_rank=rank,
+        ))  # fmt: skip
+    return out
+
+
+def descriptor(config: str | None, dp_size: int, page_size: int) -> dict[str, Any] | None:
+    """``/server_info``'s ``kv_events`` object (``describe_kv_events_publisher`` in SGLang's
+    ``srt/entrypoints/runtime_context.py``): None unless a ZMQ publisher is configured."""
     doc = json.loads(config) if config else {}
     if doc.get("publisher", "null") != "zmq":
         return None
-    return ZmqKVPublisher(
-        doc.get("endpoint", "tcp://*:5557"), doc.get("replay_endpoint"), encode_events,
-        topic=doc.get("topic", ""), buffer_steps=int(doc.get("buffer_steps", 10_000)),
-    )  # fmt: skip
+    host, _, port = doc.get("endpoint", "tcp://*:5557").removeprefix("tcp://").rpartition(":")
+    out: dict[str, Any] = {
+        "publisher": "zmq", "endpoint_host": host, "endpoint_port_base": int(port),
+        "topic": doc.get("topic", ""), "block_size": page_size, "dp_size": dp_size,
+    }  # fmt: skip
+    if replay := doc.get("replay_endpoint"):
+        replay_host, _, replay_port = replay.removeprefix("tcp://").rpartition(":")
+        out.update(replay_endpoint_host=replay_host, replay_endpoint_port_base=int(replay_port),
+                   replay_buffer_steps=int(doc.get("buffer_steps", 10_000)))  # fmt: skip
+    return out
+
+
+def port_plus(endpoint: str, offset: int) -> str:
+    """``tcp://host:P`` as ``tcp://host:P+offset``."""
+    head, _, port = endpoint.rpartition(":")
+    return f"{head}:{int(port) + offset}"

@@ -19,8 +19,9 @@ Reproduces:
   stop}…]`` with the special tokens added (a BOS first, so templated text gets a second one).
 - Usage is ``{prompt_tokens, completion_tokens, total_tokens}`` only: never ``cached_tokens``. Non-streamed
   replies carry ``x-prompt-tokens``, ``x-generated-tokens``, ``x-compute-type`` headers.
-- Streams: every chunk has ``"id": ""`` and ``role`` in every delta (no role-only first chunk), replies name
-  the served model id whatever was asked, ``system_fingerprint`` "3.3.7-native"; ``include_usage`` adds a
+- Streams: every chunk has ``"id": ""`` and ``role`` in every delta (no role-only first chunk), chunks echo
+  the request's ``model`` unless it is "tgi" (``server.rs``; non-streamed replies name the served model id
+  whatever was asked), ``system_fingerprint`` "3.3.7-native"; ``include_usage`` adds a
   ``choices: []`` chunk with ``id: ""``; SSE keep-alive comments (``:``) while no token comes for
   ``--keep-alive-s`` (axum's default 15 s); a mid-stream failure is ``data: {"error": {"message",
   "http_status_code"}}`` then ``data: [DONE]``.
@@ -78,7 +79,10 @@ class TgiFormatter(Formatter):
 
     def envelope(self, reply: Reply, *, chunk: bool) -> dict[str, Any]:
         kind = ("chat.completion.chunk" if chunk else "chat.completion") if reply.chat else "text_completion"
-        return {"object": kind, "id": "", "created": reply.created, "model": self.model_id,
+        model = self.model_id
+        if chunk and reply.job.model not in ("", "tgi"):  # streams echo the request's model (server.rs)
+            model = reply.job.model
+        return {"object": kind, "id": "", "created": reply.created, "model": model,
                 "system_fingerprint": FINGERPRINT}  # fmt: skip
 
     def role_chunk(self, reply: Reply) -> dict[str, Any] | None:

@@ -10,11 +10,17 @@ Reproduces:
   the served id.
 - ``GET /health`` (200, empty), ``/health_generate`` (a one-token chat: "Generation health check OK"),
   ``/version`` (``{"version": "1.2.1"}``), ``/perf_metrics`` (``[]``).
-- ``GET /metrics`` is JSON and *drains*: the iteration stats recorded since the last read (``iter``,
-  ``iterLatencyMS``, ``numActiveRequests``, ``numQueuedRequests``, ``numCompletedRequests``,
+- ``GET /metrics`` is JSON, *drains*, and is *slow*: the iteration stats recorded since the last read
+  (``iter``, ``iterLatencyMS``, ``numActiveRequests``, ``numQueuedRequests``, ``numCompletedRequests``,
   ``maxNumActiveRequests``, ``kvCacheStats{…tokensPerBlock, allocTotalBlocks, maxNumBlocks…}``,
-  ``inflightBatchingStats{…numPausedRequests…}`` …), ``[]`` when nothing ran; an iteration is recorded every
-  decode step while requests are active (plus one when the engine goes idle), at most 1000 kept.
+  ``inflightBatchingStats{…numPausedRequests…}`` …). The handler iterates ``get_stats_async(2)``
+  (``serve/openai_server.py``), an ``IterationResult`` (``executor/result.py``) whose ``__anext__`` waits up
+  to 2 s for each next entry and ends only after 2 s without one; ended, it answers ``[]`` at once until a
+  new request is submitted (``mark_undone``). So after any traffic a read takes ≥ 2 s, and under steady load
+  it does not answer until the load pauses. Stats are recorded only with ``--enable-iter-perf-stats``
+  (``enable_iter_perf_stats`` defaults to False on the PyTorch backend, ``llmapi/llm_args.py``): without it
+  ``/metrics`` is always ``[]``. An iteration is recorded every decode step while requests are active (plus
+  one when the engine goes idle), at most 1000 kept.
 - ``/prometheus/metrics`` only with ``--return-perf-metrics`` (``trtllm_num_requests_running``,
   ``trtllm_num_requests_waiting``, ``trtllm_kv_cache_utilization`` …); with it the server's own collector
   drains the stats queue every 0.2 s, so a JSON ``/metrics`` reader then mostly gets ``[]`` (the real
@@ -27,6 +33,8 @@ Reproduces:
   and announced (partial reuse is on by default: ``--no-partial-reuse`` turns it off);
   ``--extra-window-size W`` repeats every event for a second, smaller attention window (VSWA models).
 - ``tokens_per_block`` 32 (``--tokens-per-block``); ``cached_tokens`` always in usage (0 when none).
+- Streams echo the request's ``model`` in every chunk (``ChatPostprocArgs.from_request``), where
+  non-streamed replies name the served id.
 - Streams: the first (role) chunk is written ``data: {json} \\n\\n`` (a space before the blank line); chunks
   are dumped ``exclude_none``; usage chunk only with ``include_usage``; **no error event**: a mid-stream
   failure re-raises and the connection drops without ``[DONE]``. A failed non-streamed request is answered
@@ -72,6 +80,13 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens-per-block", type=int, default=32, help="KV block size (default 32)")
     parser.add_argument("--event-buffer-max-size", type=int, default=0, help="KV events kept for the drain")
     parser.add_argument("--return-perf-metrics", action="store_true", help="mount /prometheus/metrics")
+    parser.add_argument(
+        "--enable-iter-perf-stats", action="store_true", help="record iteration stats (off: /metrics is [])"
+    )
+    parser.add_argument(
+        "--metrics-wait-s", type=float, default=2.0,
+        help="how long /metrics waits for a next iteration entry (the engine's 2 s; shorter in tests)",
+    )  # fmt: skip
     parser.add_argument("--no-partial-reuse", action="store_true", help="no partial trailing blocks")
     parser.add_argument("--extra-window-size", type=int, default=None, help="a second attention window")
 
@@ -138,13 +153,19 @@ def iteration_stat(s: EngineStats, n: int, completed: int, latency_ms: float) ->
 
 
 class IterationStats:
-    """The executor's iteration-stats queue: filled while the engine works, drained by every reader."""
+    """The executor's iteration-stats queue: filled while the engine works (only with
+    ``enable_iter_perf_stats``), drained by every reader; ``read`` is the JSON ``/metrics`` handler's
+    ``IterationResult`` iteration (see the module docstring)."""
 
-    def __init__(self, engine: FakeEngine) -> None:
+    def __init__(self, engine: FakeEngine, *, enabled: bool, wait_s: float = 2.0) -> None:
         self.engine = engine
+        self.enabled = enabled
+        self.wait_s = wait_s
         self.queue: deque[dict[str, Any]] = deque(maxlen=MAX_ITERATIONS)
         self.last: dict[str, Any] | None = None
         self._iter = 0
+        self._done = False  # the result ended (2 s without an entry): [] until a new request comes
+        self._added = asyncio.Event()
 
     def drain(self) -> list[dict[str, Any]]:
         out = list(self.queue)
@@ -153,16 +174,32 @@ class IterationStats:
             self.last = out[-1]
         return out
 
+    async def read(self) -> list[dict[str, Any]]:
+        """Entries until none came for ``wait_s``; nothing, at once, once ended and no request came since."""
+        out: list[dict[str, Any]] = []
+        while not self._done:
+            out += self.drain()
+            self._added.clear()
+            try:
+                await asyncio.wait_for(self._added.wait(), self.wait_s)
+            except TimeoutError:
+                self._done = True
+        return out
+
     async def run(self) -> None:
         cfg = self.engine.config
         step = max(0.005, cfg.decode_ms_per_token * cfg.slow_factor / 1000)
-        was_active, finished = False, 0
+        was_active, finished, submitted = False, 0, 0
         while True:
             await asyncio.sleep(step)
             s = self.engine.stats()
+            if (now_submitted := s.running + s.waiting + s.finished_total) > submitted:
+                self._done = False  # a new request: the executor's mark_undone
+            submitted = now_submitted
             active = s.running + s.waiting > 0
-            if active or was_active:
+            if self.enabled and (active or was_active):
                 self.queue.append(iteration_stat(s, self._iter, s.finished_total - finished, step * 1000))
+                self._added.set()
                 self._iter += 1
                 finished = s.finished_total
             was_active = active
@@ -180,6 +217,12 @@ class TrtFormatter(Formatter):
 
     def model_name(self, reply: Reply) -> str:
         return self.model_id
+
+    def envelope(self, reply: Reply, *, chunk: bool) -> dict[str, Any]:
+        out = super().envelope(reply, chunk=chunk)
+        if chunk:  # streamed chunks echo the request's model
+            out["model"] = reply.job.body.get("model", self.model_id)
+        return out
 
     def usage(self, reply: Reply) -> dict[str, Any] | None:
         base = super().usage(reply) or {}
@@ -229,7 +272,7 @@ def create_app(args: argparse.Namespace) -> Starlette:
     windows = [WINDOW_SIZE] + ([args.extra_window_size] if args.extra_window_size else [])
     drain = EventDrain(args.event_buffer_max_size, windows, args.kv_tokens // bs)
     engine = FakeEngine(engine_config(args, block_size=bs, partial_blocks=not args.no_partial_reuse), [drain])
-    stats = IterationStats(engine)
+    stats = IterationStats(engine, enabled=args.enable_iter_perf_stats, wait_s=args.metrics_wait_s)
     fmt = TrtFormatter(model_id)
     server = FakeServer(NAME, VERSION, engine, fmt, token_field="prompt_token_ids")
 
@@ -248,7 +291,7 @@ def create_app(args: argparse.Namespace) -> Starlette:
         return json_response({"version": VERSION})
 
     async def metrics(_: Request) -> Response:
-        return json_response(stats.drain())
+        return json_response(await stats.read())
 
     async def perf_metrics(_: Request) -> Response:
         return json_response([])

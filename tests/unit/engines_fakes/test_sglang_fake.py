@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 from tests.support.engines.core import BOS_ID
-from tests.support.procs import free_port
+from tests.support.procs import free_port, free_port_run
 from tests.unit.engines_fakes.harness import HELLO, chat, events, fake
 
 pytestmark = pytest.mark.timeout(30)
@@ -131,4 +131,42 @@ async def test_kv_events_over_zmq_with_replay() -> None:
             assert replies[2][2] == (-1).to_bytes(8, "big", signed=True)
     finally:
         sub.close(linger=0)
+        ctx.term()
+
+
+async def test_dp_ranks_each_publish_their_own_cache() -> None:
+    """``--dp-size 2``: requests alternate between the ranks, each rank stores into its own cache and
+    publishes on its own socket (base port + rank) with its rank in every batch, as ``/server_info`` says."""
+    base = free_port_run(2)
+    ctx = zmq.Context()
+    subs = [ctx.socket(zmq.SUB) for _ in range(2)]
+    try:
+        flags = ("--page-size", "16", "--events-port", str(base), "--dp-size", "2", "--enable-cache-report")
+        async with fake("sglang", *flags) as c:
+            info = (await c.get("/server_info")).json()
+            assert info["dp_size"] == 2
+            assert info["kv_events"] == {
+                "publisher": "zmq", "endpoint_host": "*", "endpoint_port_base": base, "topic": "",
+                "block_size": 16, "dp_size": 2,
+            }  # fmt: skip
+            for rank, sub in enumerate(subs):
+                sub.setsockopt(zmq.SUBSCRIBE, b"")
+                sub.connect(f"tcp://127.0.0.1:{base + rank}")
+            await asyncio.sleep(0.3)  # the slow-joiner
+            cached = []
+            for _ in range(2):  # round robin: the second goes to the other rank, cold again
+                usage = (await c.post("/v1/chat/completions", json=chat())).json()["usage"]
+                cached.append(usage["prompt_tokens_details"]["cached_tokens"])
+            assert cached == [0, 0]
+            for rank, sub in enumerate(subs):
+                _, _, payload = await _recv(sub)
+                assert msgpack.unpackb(payload)[2] == rank
+            loads = (await c.get("/v1/loads")).json()["loads"]
+            assert [load["dp_rank"] for load in loads] == [0, 1]
+            assert (await c.get("/v1/loads?dp_rank=1")).json()["loads"][0]["dp_rank"] == 1
+            reply = (await c.post("/v1/chat/completions", json=chat(data_parallel_rank=1))).json()
+            assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] >= 16  # rank 1 holds it now
+    finally:
+        for sub in subs:
+            sub.close(linger=0)
         ctx.term()

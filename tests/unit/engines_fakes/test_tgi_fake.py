@@ -55,7 +55,8 @@ async def test_stream_shape_usage_chunk_and_any_model_name() -> None:
         chunks, usage, done = got[:-2], got[-2], got[-1]
         assert done == "[DONE]" and all(ch["id"] == "" for ch in got[:-1])
         assert all(ch["choices"][0]["delta"]["role"] == "assistant" for ch in chunks)  # no role-only chunk
-        assert chunks[0]["choices"][0]["delta"]["content"] != "" and chunks[0]["model"] == "fake-org/tgi-fake"
+        assert chunks[0]["choices"][0]["delta"]["content"] != ""
+        assert all(ch["model"] == "my-adapter" for ch in got[:-1])  # streams echo the request's model
         assert usage["choices"] == [] and set(usage["usage"]) == {
             "prompt_tokens",
             "completion_tokens",
@@ -63,6 +64,9 @@ async def test_stream_shape_usage_chunk_and_any_model_name() -> None:
         }
         reply = await c.post("/v1/chat/completions", json=chat())
         assert reply.headers["x-prompt-tokens"] == str(reply.json()["usage"]["prompt_tokens"])
+        assert reply.json()["model"] == "fake-org/tgi-fake"  # a whole reply names the served model
+        tgi = events((await c.post("/v1/chat/completions", json=chat("tgi", stream=True))).content)
+        assert tgi[0]["model"] == "fake-org/tgi-fake"
 
 
 async def test_keep_alive_comments_while_waiting() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,10 @@ async def test_model_id_is_the_model_directorys_basename(tmp_path: Path) -> None
         assert reply["model"] == "Qwen3-8B"  # the request's model is not checked
 
 
-async def test_json_metrics_drain_and_are_empty_when_idle() -> None:
-    async with fake("trtllm", "--decode-ms-per-token", "5") as c:
-        assert (await c.get("/metrics")).json() == []
+async def test_json_metrics_drain_and_end_after_a_quiet_wait() -> None:
+    flags = ("--enable-iter-perf-stats", "--metrics-wait-s", "0.2", "--decode-ms-per-token", "5")
+    async with fake("trtllm", *flags) as c:
+        assert (await c.get("/metrics")).json() == []  # nothing ran: the wait ends it
         await c.post("/v1/chat/completions", json=chat(max_tokens=8))
         stats = (await c.get("/metrics")).json()
         assert stats and stats[0]["numActiveRequests"] == 1
@@ -36,11 +38,43 @@ async def test_json_metrics_drain_and_are_empty_when_idle() -> None:
                 "inflightBatchingStats"} <= set(stats[0])  # fmt: skip
         assert stats[0]["kvCacheStats"]["tokensPerBlock"] == 32
         assert "numPausedRequests" in stats[0]["inflightBatchingStats"]
-        await asyncio.sleep(0.05)  # the idle iteration is recorded
-        later = (await c.get("/metrics")).json()
-        assert all(s["numActiveRequests"] == 0 for s in later)  # at most the idle iteration, then nothing
-        assert (await c.get("/metrics")).json() == []
+        assert stats[-1]["numActiveRequests"] == 0  # it read on through the idle iteration
+        start = time.perf_counter()
+        assert (await c.get("/metrics")).json() == []  # ended, and no request since: at once
+        assert time.perf_counter() - start < 0.15
         assert (await c.get("/prometheus/metrics")).status_code == 404
+
+
+async def test_json_metrics_answer_only_after_the_engines_2_s_wait() -> None:
+    async with fake("trtllm", "--enable-iter-perf-stats", "--decode-ms-per-token", "5") as c:
+        await c.post("/v1/chat/completions", json=chat(max_tokens=8))
+        start = time.perf_counter()
+        assert (await c.get("/metrics")).json()
+        assert time.perf_counter() - start >= 1.9
+
+
+async def test_json_metrics_wait_out_a_running_generation() -> None:
+    """Under load entries keep coming, so the read answers only once the load pauses."""
+    flags = ("--enable-iter-perf-stats", "--metrics-wait-s", "0.1", "--decode-ms-per-token", "5")
+    async with fake("trtllm", *flags) as c:
+        long = asyncio.create_task(c.post("/v1/chat/completions", json=chat(max_tokens=120, ignore_eos=True)))
+        await asyncio.sleep(0.1)
+        stats = (await c.get("/metrics")).json()
+        assert long.done()  # it answered only after the generation ended
+        assert len(stats) > 50 and stats[-1]["numActiveRequests"] == 0
+
+
+async def test_json_metrics_are_empty_without_iter_perf_stats() -> None:
+    async with fake("trtllm", "--metrics-wait-s", "0.05", "--decode-ms-per-token", "5") as c:
+        await c.post("/v1/chat/completions", json=chat(max_tokens=8))
+        assert (await c.get("/metrics")).json() == []
+
+
+async def test_streams_echo_the_requests_model() -> None:
+    async with fake("trtllm") as c:
+        got = events((await c.post("/v1/chat/completions", json=chat("asked-for", stream=True))).content)
+        assert all(ch["model"] == "asked-for" for ch in got[:-1])
+        assert (await c.post("/v1/chat/completions", json=chat("asked-for"))).json()["model"] == "trtllm-fake"
 
 
 async def test_prometheus_only_with_return_perf_metrics_and_its_collector_steals_samples() -> None:

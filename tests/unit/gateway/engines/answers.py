@@ -3,6 +3,7 @@ fake ``Get`` that serves them. vLLM's real 0.32.0 answers are in ``tests/fixture
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -210,11 +211,14 @@ class FakeServers:
         self.servers = dict(servers)
         self.calls: list[tuple[str, str]] = []
         self.down: set[str] = set()
+        self.slow: dict[tuple[str, str], float] = {}  # (base URL, path) -> seconds before it answers
 
     async def __call__(self, base_url: str, path: str) -> tuple[int, bytes]:
         self.calls.append((base_url, path))
         if base_url in self.down:
             raise ConnectionRefusedError(f"{base_url} refused")
+        if (delay := self.slow.get((base_url, path))) is not None:
+            await asyncio.sleep(delay)
         answer = self.servers[base_url].get(path)
         if answer is None:
             return js({"detail": "Not Found"}, 404)

@@ -21,6 +21,8 @@ async def test_admin_workers_shows_the_detected_engine() -> None:
 
         await until(detected)
         row = (await client.get(f"{base}/admin/workers")).json()["workers"][0]
+    age = row["engine"].pop("load_age_s")
+    assert isinstance(age, float) and 0 <= age < 30  # read by the last health round
     assert row["engine"] == {
         "kind": "kvgate",
         "configured": "auto",
@@ -29,6 +31,7 @@ async def test_admin_workers_shows_the_detected_engine() -> None:
         "served_model": "fake-model",
         "load_signal": "engine",
         "load_note": "from /load",
+        "load_path": "/load",
         "block_size": 16,
         "block_size_source": "default",
         "kv_capacity_tokens": None,
@@ -50,6 +53,7 @@ def test_engine_info_of_a_configured_worker_before_detection() -> None:
     info = engine_info(record).model_dump()
     assert info["kind"] == "mii" and info["configured"] == "mii" and info["detected_by"] == "configured"
     assert info["load_signal"] == "in-flight" and info["load_note"] == "not read yet"
+    assert info["load_path"] is None and info["load_age_s"] is None
     assert info["no_affinity_reason"] == "no prefix cache in DeepSpeed-MII"
     assert info["prefix_reuse"] is False and info["parity_route"] is None
     assert (info["block_size"], info["block_size_source"]) == (128, "default")

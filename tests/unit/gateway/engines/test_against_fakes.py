@@ -7,10 +7,11 @@ import httpx
 import pytest
 
 from gateway.engines.detect import detect_engine
-from gateway.engines.figures import EngineLoad
-from gateway.engines.load import parse_load
 from gateway.engines.probe import OnceGet
 from gateway.engines.profiles import EngineKind
+from gateway.fleet.registry import Fleet
+from gateway.fleet.signals import adopt_detection, scrape_load
+from gateway.settings import BreakerSettings, parse_worker
 from tests.unit.engines_fakes.harness import fake
 
 pytestmark = pytest.mark.timeout(30)
@@ -30,15 +31,15 @@ async def test_each_fake_is_detected_and_its_load_parses(name: str) -> None:
         get = _get(client)
         facts = await detect_engine(get, "http://fake")
         assert facts.kind is EngineKind(name), facts.detected_by
-        profile = facts.profile
-        if profile.load_path is None:
-            assert name == "mii"
+        record = Fleet(breaker=BreakerSettings(), clock=lambda: 0.0).add(parse_worker("http://fake"))
+        adopt_detection(record, facts)
+        await scrape_load(record, get, clock=lambda: 1.0)
+        if facts.profile.load_path is None:
+            assert name == "mii" and record.facts.load_signal == "in-flight"
             return
-        status, body = await get("http://fake", profile.load_path)
-        assert status == 200
-        load = parse_load(facts.kind, profile.load_format, body)
-        if name == "trtllm" and not isinstance(load, EngineLoad):  # nothing ran yet: an empty drain
-            assert load.keep_previous
+        if name == "trtllm":  # no /prometheus/metrics by default: the JSON /metrics, empty while nothing ran
+            assert record.facts.load_signal == "in-flight" and "/metrics" in record.facts.load_note
             return
-        assert isinstance(load, EngineLoad), load
-        assert load.running >= 0 and load.waiting >= 0
+        assert record.facts.load_signal == "engine", record.facts.load_note
+        assert record.facts.load_read_at == 1.0
+        assert record.running >= 0 and record.queue_depth >= 0

@@ -14,7 +14,14 @@ from gateway.fleet.health import HealthChecker
 from gateway.fleet.registry import Fleet, WorkerRecord
 from gateway.settings import BreakerSettings, parse_worker
 from gateway.state.memory import MemoryLoadBoard
-from tests.unit.gateway.engines.answers import KINDS, FakeServers, TrtllmMetrics, engine_answers, trtllm_stat
+from tests.unit.gateway.engines.answers import (
+    KINDS,
+    FakeServers,
+    TrtllmMetrics,
+    engine_answers,
+    js,
+    trtllm_stat,
+)
 
 
 def _fleet(*raw: str, clock: list[float]) -> Fleet:
@@ -129,6 +136,78 @@ async def test_trtllm_empty_drain_keeps_the_last_figures() -> None:
     await checker.round()
     assert _figures(trt) == (0, 0, 0.0, 256)
     assert metrics.reads == 3  # the health loop is its only reader: detection never drained it
+
+
+async def test_trtllm_load_is_read_from_a_metrics_page_that_takes_2_5_s() -> None:
+    """TensorRT-LLM's JSON /metrics waits up to 2 s for iteration stats: its scrape has a deadline of its own
+    (past the 1 s probe), and the worker stays healthy while it reads."""
+    checker, fleet, get, clock = _setup(("trtllm",))
+    get.slow[("http://trtllm:1", "/metrics")] = 2.5
+    await checker.round(wait_load=False)
+    trt = fleet.get("trtllm")
+    assert trt is not None and trt.healthy and trt.facts.load_signal == "in-flight"  # still reading
+    clock[0] = 7.0
+    await checker.settle()
+    assert trt.healthy and trt.facts.load_signal == "engine" and _figures(trt) == (5, 3, 0.25, 256)
+    assert trt.facts.load_path == "/metrics" and trt.facts.load_read_at == 7.0
+    assert engine_summary(trt.facts, trt.configured_engine, now=9.5)["load_age_s"] == 2.5
+
+
+async def test_trtllm_with_return_perf_metrics_is_read_at_prometheus_metrics() -> None:
+    """Where ``/prometheus/metrics`` exists (``return_perf_metrics``) it is read, fast, and the JSON ``/metrics``
+    (drained by the engine's own collector then) is never asked."""
+    checker, fleet, get, _ = _setup(("trtllm",))
+    get.servers["http://trtllm:1"]["/prometheus/metrics"] = (
+        200, b"trtllm_num_requests_running 4\ntrtllm_num_requests_waiting 3\ntrtllm_kv_cache_utilization 0.6\n"
+    )  # fmt: skip
+    await checker.round()
+    await checker.round()
+    trt = fleet.get("trtllm")
+    assert trt is not None and (trt.running, trt.queue_depth) == (4, 3)
+    assert trt.facts.load_note == "from /prometheus/metrics"
+    assert get.count("http://trtllm:1", "/metrics") == 0
+
+
+async def test_a_load_scrape_past_its_deadline_leaves_the_worker_healthy() -> None:
+    checker, fleet, get, _ = _setup(("vllm",))
+    await checker.round()
+    vllm = fleet.get("vllm")
+    assert vllm is not None and vllm.facts.load_signal == "engine"
+    get.slow[("http://vllm:1", "/metrics")] = 1.5  # its deadline is the probe's: 1 s
+    await checker.round()
+    assert vllm.healthy and vllm.available
+    assert vllm.facts.load_signal == "in-flight"
+    assert (
+        vllm.facts.load_note
+        == "GET /metrics: no answer within 1 s; in-flight count stands in (last figures kept)"
+    )
+    reads = get.count("http://vllm:1", "/metrics")
+    get.slow[("http://vllm:1", "/metrics")] = 0.3
+    await checker.round(wait_load=False)
+    await checker.round(wait_load=False)  # the first read is still under way: no second one beside it
+    assert get.count("http://vllm:1", "/metrics") == reads + 1
+    await checker.settle()
+    assert vllm.facts.load_signal == "engine"
+
+
+async def test_an_older_sglang_is_read_at_get_load() -> None:
+    """SGLang before /v1/loads (404 there) publishes /get_load: one entry per DP rank; the path that answered
+    is kept, so later rounds ask it alone."""
+    checker, fleet, get, _ = _setup(("sglang",))
+    answers = get.servers["http://sglang:1"]
+    del answers["/v1/loads?include=core"]
+    answers["/get_load"] = js([
+        {"dp_rank": 0, "num_reqs": 7, "num_waiting_reqs": 2, "num_tokens": 900},
+        {"dp_rank": 1, "num_reqs": 3, "num_waiting_reqs": 1, "num_tokens": 300},
+    ])  # fmt: skip
+    await checker.round()
+    sglang = fleet.get("sglang")
+    assert sglang is not None and sglang.facts.load_signal == "engine"
+    assert (sglang.running, sglang.queue_depth) == (7, 3)
+    assert sglang.facts.load_note == "from /get_load" and sglang.facts.load_path == "/get_load"
+    await checker.round()
+    assert get.count("http://sglang:1", "/v1/loads?include=core") == 1
+    assert get.count("http://sglang:1", "/get_load") == 2
 
 
 async def test_detection_is_logged_once_and_handed_to_the_hook(caplog: pytest.LogCaptureFixture) -> None:

@@ -19,7 +19,11 @@ from tests.unit.gateway.engines.answers import (
 
 
 def _parse(kind: EngineKind, body: bytes) -> EngineLoad | NoLoad:
+    """``body`` parsed as the engine's JSON signal where it has one beside Prometheus (TensorRT-LLM's JSON
+    ``/metrics``, its fallback), else as its profile's signal."""
     profile = PROFILES[kind]
+    if profile.fallback_load is not None and profile.fallback_load[1] == "trtllm_json":
+        return parse_load(kind, "trtllm_json", body)
     return parse_load(kind, profile.load_format, body)
 
 
@@ -164,3 +168,12 @@ def test_only_the_needed_families_are_parsed() -> None:
     broken = b'python_gc_objects_collected_total{generation="0" 12 x y\n'  # a family nobody reads
     load = _parse(EngineKind.VLLM, noise + broken + VLLM_METRICS_DP2)
     assert isinstance(load, EngineLoad) and (load.running, load.waiting) == (5, 5)
+
+
+def test_an_older_sglangs_get_load_sums_its_ranks() -> None:
+    body = b'[{"dp_rank": 0, "num_reqs": 5, "num_waiting_reqs": 2, "num_tokens": 10}, {"dp_rank": 1, "num_reqs": 1}]'
+    assert parse_load(EngineKind.SGLANG, "sglang_get_load", body) == EngineLoad(running=4, waiting=2)
+    one = b'{"dp_rank": 0, "num_reqs": 3, "num_waiting_reqs": 1, "num_pages": 4}'  # some releases: one object
+    assert parse_load(EngineKind.SGLANG, "sglang_get_load", one) == EngineLoad(running=2, waiting=1)
+    assert isinstance(parse_load(EngineKind.SGLANG, "sglang_get_load", b'{"load": 3}'), NoLoad)
+    assert isinstance(parse_load(EngineKind.SGLANG, "sglang_get_load", b"[]"), NoLoad)

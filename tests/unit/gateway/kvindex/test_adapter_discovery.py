@@ -7,7 +7,12 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.kvindex.adapters.discovery import EventSource, discover_event_sources, reachable_endpoint
+from gateway.kvindex.adapters.discovery import (
+    EventSource,
+    discover_event_sources,
+    discover_sglang_sources,
+    reachable_endpoint,
+)
 
 
 def getter(body: Any, seen: list[tuple[str, str]] | None = None, status: int = 200) -> Any:
@@ -95,3 +100,41 @@ def test_wildcard_and_loopback_hosts_become_the_worker_host(
     endpoint: str, host: str, expected: str | None
 ) -> None:
     assert reachable_endpoint(endpoint, host) == expected
+
+
+async def test_sglang_describes_one_publisher_per_dp_rank() -> None:
+    """``/server_info``'s ``kv_events`` object: rank r publishes on the port base + r, replays on its base + r."""
+    body = {
+        "dp_size": 2,
+        "kv_events": {
+            "publisher": "zmq", "endpoint_host": "0.0.0.0", "endpoint_port_base": 5557, "topic": "kv",
+            "block_size": 64, "dp_size": 2, "replay_endpoint_host": "0.0.0.0",
+            "replay_endpoint_port_base": 6000, "replay_buffer_steps": 16,
+        },
+    }  # fmt: skip
+    sources = await discover_sglang_sources(getter(body), "http://10.0.0.7:30000")
+    assert sources == [
+        EventSource("tcp://10.0.0.7:5557", "tcp://10.0.0.7:6000", "kv", 0),
+        EventSource("tcp://10.0.0.7:5558", "tcp://10.0.0.7:6001", "kv", 1),
+    ]
+
+
+async def test_an_older_sglang_offsets_its_configured_port_by_each_rank() -> None:
+    config = '{"publisher": "zmq", "endpoint": "tcp://*:5557"}'
+    body = {"dp_size": 3, "kv_events_config": config}
+    sources = await discover_sglang_sources(getter(body), "http://10.0.0.7:30000")
+    assert [(s.endpoint, s.dp_rank) for s in sources] == [
+        ("tcp://10.0.0.7:5557", 0), ("tcp://10.0.0.7:5558", 1), ("tcp://10.0.0.7:5559", 2),
+    ]  # fmt: skip
+    assert await discover_sglang_sources(getter({"kv_events_config": config}), "http://h:1") == [
+        EventSource("tcp://h:5557", None, "", 0)
+    ]
+
+
+@pytest.mark.parametrize(
+    "kv_events",
+    [{"publisher": "null"}, {"publisher": "zmq"}, {"publisher": "zmq", "endpoint_port_base": "5557"}],
+    ids=["null-publisher", "no-port", "port-not-int"],
+)
+async def test_an_sglang_descriptor_without_a_zmq_port_has_no_sources(kv_events: dict[str, Any]) -> None:
+    assert await discover_sglang_sources(getter({"kv_events": kv_events}), "http://h:1") == []

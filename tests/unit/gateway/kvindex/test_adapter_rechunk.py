@@ -143,6 +143,24 @@ def test_sglang_extra_key_requests_never_match_plain_blocks() -> None:
     assert not set(plain) & set(gateway_hashes(PROMPT[:32], extra_key="k"))
 
 
+def test_trtllm_salted_requests_never_match_blocks_its_drain_reports() -> None:
+    """TensorRT-LLM's ``cache_salt`` enters its block keys but not its events: the drained blocks (whichever
+    request stored them) are indexed plain, and a salted request is never predicted to hit them."""
+    from collections import Counter
+
+    from gateway.kvindex.adapters.feed_status import FeedStatus
+    from gateway.kvindex.adapters.trtllm_http import TrtllmDrainMapper
+
+    mapper = TrtllmDrainMapper(FeedStatus("http://w", clock=lambda: 0.0), Counter(), 32)
+    tokens = [{"type": "unique_token", "token_id": t, "token_extra_id": 0} for t in PROMPT[:32]]
+    drained = [{"event_id": 0, "window_size": 4096, "data": {"type": "stored", "parent_hash": None, "blocks": [
+        {"type": "stored_block", "block_hash": 5, "cache_level": 0, "priority": 35, "tokens": tokens},
+    ]}}]  # fmt: skip
+    plain = stored_hashes(translator().translate(mapper.map(drained)))
+    assert plain == gateway_hashes(PROMPT[:32])
+    assert not set(plain) & set(gateway_hashes(PROMPT[:32], cache_salt="tenant-a"))
+
+
 @pytest.mark.parametrize(
     ("event", "reason"),
     [
