@@ -20,9 +20,9 @@ from loadtest.bench_routing import (
     SCENARIOS,
     _fleet_spec,
     _workload,
-    peer_case,
     imbalance,
     outside_ttfts,
+    peer_case,
     replica_lag_quantile,
     sent_in_order,
     upstream_ttft_mean,
@@ -146,8 +146,12 @@ def test_the_first_gateway_only_case_is_a_diagnosis_not_a_default() -> None:
 def test_a_peer_case_runs_the_preset_in_kvgates_place(tmp_path: Path) -> None:
     tuned = peer_case("vllm-router:cache_aware:tuned", Path("/venv"))
     assert tuned.label == "vllm-router cache_aware (tuned)" and tuned.router_cmd is not None
-    assert tuned.router_cmd.startswith("/venv/bin/vllm-router ") and tuned.router_cmd.endswith(PEER_TUNED_ARGS)
-    assert "{port}" in tuned.router_cmd and "{metrics_port}" not in tuned.router_cmd  # given a port of its own
+    assert tuned.router_cmd.startswith("/venv/bin/vllm-router ") and tuned.router_cmd.endswith(
+        PEER_TUNED_ARGS
+    )
+    assert (
+        "{port}" in tuned.router_cmd and "{metrics_port}" not in tuned.router_cmd
+    )  # given a port of its own
     plain = peer_case("vllm-router:cache_aware", Path("/venv"))
     assert PEER_TUNED_ARGS not in (plain.router_cmd or "") and plain.slug("x") != tuned.slug("x")
     with pytest.raises(ValueError, match="known peers"):
