@@ -2,6 +2,12 @@
 
 Lowest precedence first: built-in default < YAML file (``--config``) < ``KVGATE_<FLAG>`` environment
 variable < command line.
+
+Reading YAML and environment values needs each option's action, which ``argparse`` keeps private: the
+parser's ``_actions`` list and the action classes (``_StoreTrueAction`` …). There is no public way to list
+a parser's options; both have been stable since Python 3.2 and are typed in typeshed, and the tests of this
+module (``tests/unit/kvgate_core/test_config.py``) pin what is read from them. This is the one place that
+reads them.
 """
 
 from __future__ import annotations
