@@ -251,7 +251,9 @@ class HealthChecker:
         try:
             async with asyncio.timeout(deadline):
                 await scrape_load(record, get, enabled=self._read_load, clock=self._clock)
-        except (TimeoutError, OSError, ValueError) as exc:
+        except Exception as exc:  # a background read survives anything; the next round reads again
+            if not isinstance(exc, TimeoutError | OSError | ValueError):
+                logger.exception("load scrape failed", extra={"worker": record.id})
             path = facts.load_path or facts.profile.load_path
             why = f"no answer within {deadline:g} s" if isinstance(exc, TimeoutError) else repr(exc)
             facts.load_signal = "in-flight"

@@ -190,6 +190,24 @@ async def test_a_load_scrape_past_its_deadline_leaves_the_worker_healthy() -> No
     assert vllm.facts.load_signal == "engine"
 
 
+async def test_a_load_scrape_that_breaks_is_logged_and_the_worker_stays_healthy(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    checker, fleet, get, _ = _setup(("vllm",))
+    await checker.round()  # detected (detection reads /metrics too)
+
+    def broken() -> tuple[int, bytes]:
+        raise RuntimeError("a bug in the read")
+
+    get.servers["http://vllm:1"]["/metrics"] = broken
+    with caplog.at_level(logging.ERROR, logger="gateway.fleet.health"):
+        await checker.round()
+    vllm = fleet.get("vllm")
+    assert vllm is not None and vllm.healthy and vllm.facts.load_signal == "in-flight"
+    assert "a bug in the read" in vllm.facts.load_note
+    assert [r.message for r in caplog.records] == ["load scrape failed"]
+
+
 async def test_an_older_sglang_is_read_at_get_load() -> None:
     """SGLang before /v1/loads (404 there) publishes /get_load: one entry per DP rank; the path that answered
     is kept, so later rounds ask it alone."""
