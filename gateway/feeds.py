@@ -28,7 +28,7 @@ from gateway.engines.probe import Get
 from gateway.engines.profiles import EngineKind
 from gateway.fleet.registry import Fleet, WorkerRecord
 from gateway.fleet.signals import adopt_detection
-from gateway.kvindex.adapters.discovery import EventSource, discover_event_sources, discover_sglang_sources
+from gateway.kvindex.feeds.discovery import EventSource, discover_event_sources, discover_sglang_sources
 from gateway.kvindex.hybrid import IndexMode
 from gateway.settings import WorkerSpec
 

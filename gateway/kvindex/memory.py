@@ -4,7 +4,7 @@ Fed by worker events (``apply``), predictions from routing (``record_routed``) a
 GPU block count is kept as blocks come and go (``worker_blocks`` reads it without a scan). Memory is
 bounded by ``max_blocks`` distinct block hashes with LRU eviction, where "use" is a ``stored`` event or a
 routing prediction touching the block (lookups do not refresh recency: that would put a Python-level
-operation per matched block on the request path). Feeding lives in ``consumers.py``/``service.py``.
+operation per matched block on the request path). Feeding lives in ``feeds/`` and ``service.py``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,18 @@
 """The KV service: the index a gateway looks up, plus the background feeds that keep it current.
 
-``open_kv_service`` picks the wiring from the state URL:
+The KV index's three rooms: the index itself (``index``, ``memory``, ``approximate``, ``hybrid`` …),
+``feeds/`` (everything that turns a worker's or an engine's events into index updates, one module per
+source format: kvgate workers' SSE in ``feeds/kvgate.py``, vLLM/SGLang ZMQ, TensorRT-LLM's HTTP drain, and
+the foreign engines' supervision in ``feeds/engines.py``) and ``backplane/`` (what replicas share through
+Redis: the events stream, the relay, the shared predictions). ``open_kv_service`` picks the wiring from the
+state URL:
 
-- ``memory``: one SSE feed per worker (``consumers.py``) applies events straight to the index.
+- ``memory``: one SSE feed per worker (``feeds/kvgate.py``) applies events straight to the index.
 - ``redis://…``: every replica keeps a local ``MemoryKVIndex`` (a lookup never waits on Redis), fed by the
-  ``kvgate:events`` stream. One replica per worker (``stream.claim_relay``) relays the worker's SSE feed to
-  the stream; each replica also takes a ``/kv/blocks`` snapshot at start so a restarted gateway rebuilds.
-  Routing predictions are shared between replicas too (``shared_predictions.py``).
+  ``kvgate:events`` stream. One replica per worker (``backplane/stream.py``: ``claim_relay``) relays the
+  worker's SSE feed to the stream; each replica also takes a ``/kv/blocks`` snapshot at start so a
+  restarted gateway rebuilds. Routing predictions are shared between replicas too
+  (``backplane/shared_predictions.py``).
   Redis down: ``degraded`` is set, a warning is logged once per interval, and every replica follows the
   workers' SSE feeds directly until Redis answers again; lookups go on from the local copy.
 
@@ -27,13 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from gateway.kvindex.adapters.discovery import EventSource
-from gateway.kvindex.adapters.feed_status import DEFAULT_QUIET_AFTER_S
-from gateway.kvindex.adapters.feeds import EngineFeedConfig, EngineFeeds
-from gateway.kvindex.adapters.trtllm_http import DrainError
 from gateway.kvindex.approximate import ApproximateIndexConfig, ApproximateKVIndex
+from gateway.kvindex.backplane.shared_predictions import ReplicatedKVIndex
+from gateway.kvindex.backplane.stream import wait_for_entry
 from gateway.kvindex.capacity import CapacityConfig, CapacityLearner
-from gateway.kvindex.consumers import (
+from gateway.kvindex.feeds.discovery import EventSource
+from gateway.kvindex.feeds.engines import EngineFeedConfig, EngineFeeds
+from gateway.kvindex.feeds.feed_status import DEFAULT_QUIET_AFTER_S
+from gateway.kvindex.feeds.kvgate import (
     AliasMap,
     BlocksSnapshot,
     EventsSink,
@@ -41,11 +48,10 @@ from gateway.kvindex.consumers import (
     fetch_snapshot,
     run_worker_feed,
 )
+from gateway.kvindex.feeds.trtllm_http import DrainError
 from gateway.kvindex.hybrid import HybridKVIndex, IndexMode
 from gateway.kvindex.index import KVIndex
 from gateway.kvindex.memory import MemoryIndexConfig, MemoryKVIndex
-from gateway.kvindex.shared_predictions import ReplicatedKVIndex
-from gateway.kvindex.stream import wait_for_entry
 from gateway.state.lag import LagRecorder
 from gateway.state.redis_client import is_redis_url, open_redis
 from kvgate_core.kvcontract.events import KVEvent
@@ -53,7 +59,7 @@ from kvgate_core.kvcontract.events import KVEvent
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from gateway.kvindex.relay import RedisBackplane, SnapshotSink
+    from gateway.kvindex.backplane.relay import RedisBackplane, SnapshotSink
 
 logger = logging.getLogger(__name__)
 
@@ -424,7 +430,7 @@ async def open_kv_service(
                 units=cfg.units,
             )  # fmt: skip
             if redis is not None:
-                from gateway.kvindex.relay import RedisBackplane
+                from gateway.kvindex.backplane.relay import RedisBackplane
 
                 local = index
                 backplane = RedisBackplane(

@@ -1,12 +1,12 @@
 """How late one replica sees another replica's routing: a small fixed-bucket histogram.
 
 Replicas share three things whose delay decides how well they route together: the load board's figures
-(``gateway.state.redis``), the routing predictions (``gateway.kvindex.shared_predictions``) and the workers'
-KV events one replica relays for all (``gateway.kvindex.relay``). Each receiver measures, per push or batch
-it takes in, the wall-clock time since the sending replica made (or received) its *oldest* change, so the
-figure is an upper bound for the rest of that batch. The
-recorder only counts; ``gateway.observability`` exposes it as ``kvgate_replica_lag_seconds{kind}``.
-Across machines the figure includes their clock skew.
+(``gateway.state.redis``), the routing predictions (``gateway.kvindex.backplane.shared_predictions``) and
+the workers' KV events one replica relays for all (``gateway.kvindex.backplane.relay``). Each receiver
+measures, per push or batch it takes in, the wall-clock time since the sending replica made (or received)
+its *oldest* change, so the figure is an upper bound for the rest of that batch. The recorder only counts;
+``gateway.observability`` exposes it as ``kvgate_replica_lag_seconds{kind}``. Across machines the figure
+includes their clock skew.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ image and none after it, and the same image in the same place hashes the same ev
 The gateway and kvgate's simulated worker both render parts this way (through ``normalize_messages``), so
 the worker's KV events name the same blocks the gateway predicts. A foreign engine expands an image into its
 own placeholder tokens instead; its text blocks before the image still match, and the adapters leave its
-multimodal blocks out of the index (``gateway.kvindex.adapters.namespace``), so no false hit is claimed.
+multimodal blocks out of the index (``gateway.kvindex.feeds.namespace``), so no false hit is claimed.
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.kvindex.backplane.stream import publish_events
 from gateway.kvindex.index import KVIndex, PrefixHit
 from gateway.kvindex.memory import MemoryIndexConfig, MemoryKVIndex
 from gateway.kvindex.service import KVServiceConfig, open_kv_service
-from gateway.kvindex.stream import publish_events
 from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
 
 

@@ -13,8 +13,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway.kvindex.consumers import BlocksSnapshot, FeedConfig
-from gateway.kvindex.relay import RedisBackplane
+from gateway.kvindex.backplane.relay import RedisBackplane
+from gateway.kvindex.feeds.kvgate import BlocksSnapshot, FeedConfig
 from gateway.kvindex.service import KVService, KVServiceConfig, open_kv_service
 from kvgate_core.kvcontract.events import EVENTS_STREAM, EventType, KVEvent, Tier
 from tests.support.fake_kv_worker import FakeKVWorker

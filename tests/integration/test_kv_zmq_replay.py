@@ -16,9 +16,9 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from gateway.kvindex.adapters.feed_status import FeedStatus
-from gateway.kvindex.adapters.rechunk import EngineEventTranslator, TranslatorConfig
-from gateway.kvindex.adapters.zmq_feed import ZmqSource, ZmqTiming, run_zmq_feed
+from gateway.kvindex.feeds.feed_status import FeedStatus
+from gateway.kvindex.feeds.rechunk import EngineEventTranslator, TranslatorConfig
+from gateway.kvindex.feeds.zmq_feed import ZmqSource, ZmqTiming, run_zmq_feed
 from gateway.kvindex.memory import MemoryKVIndex
 from gateway.kvindex.service import open_kv_service
 from kvgate_core.kvcontract.events import KVEvent

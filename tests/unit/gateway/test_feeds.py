@@ -12,7 +12,7 @@ import pytest
 from gateway.engines.profiles import EngineKind
 from gateway.feeds import EventFollower, FeedHooks
 from gateway.fleet.registry import Fleet, WorkerRecord
-from gateway.kvindex.adapters.discovery import EventSource
+from gateway.kvindex.feeds.discovery import EventSource
 from gateway.kvindex.hybrid import IndexMode
 from gateway.settings import BreakerSettings, parse_worker
 

@@ -72,7 +72,7 @@ async def test_an_error_in_the_callers_body_comes_out_unwrapped(
 
 @pytest.mark.redis
 async def test_the_backplane_runs_on_the_client_it_is_handed_and_leaves_it_open(redis_url: str) -> None:
-    from gateway.kvindex.stream import publish_events
+    from gateway.kvindex.backplane.stream import publish_events
     from gateway.state.redis_client import RedisClientSettings, open_redis
     from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
 
@@ -95,7 +95,7 @@ async def test_the_backplane_runs_on_the_client_it_is_handed_and_leaves_it_open(
 async def test_a_replica_measures_how_late_relayed_events_are_applied(redis_url: str) -> None:
     import time
 
-    from gateway.kvindex.stream import publish_events
+    from gateway.kvindex.backplane.stream import publish_events
     from gateway.state.redis_client import open_redis
     from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
 

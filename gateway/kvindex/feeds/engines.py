@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gateway.kvindex.adapters.discovery import EventSource
-from gateway.kvindex.adapters.feed_status import DEFAULT_QUIET_AFTER_S, FeedStatus, WorkerFeeds
-from gateway.kvindex.adapters.rechunk import EngineEventTranslator, TranslatorConfig
-from gateway.kvindex.adapters.trtllm_http import PostJson, run_trtllm_drain
-from gateway.kvindex.adapters.zmq_feed import ZmqSource, ZmqTiming, run_zmq_feed
+from gateway.kvindex.feeds.discovery import EventSource
+from gateway.kvindex.feeds.feed_status import DEFAULT_QUIET_AFTER_S, FeedStatus, WorkerFeeds
+from gateway.kvindex.feeds.rechunk import EngineEventTranslator, TranslatorConfig
+from gateway.kvindex.feeds.trtllm_http import PostJson, run_trtllm_drain
+from gateway.kvindex.feeds.zmq_feed import ZmqSource, ZmqTiming, run_zmq_feed
 from kvgate_core.kvcontract.events import EventType, KVEvent
 
 logger = logging.getLogger(__name__)

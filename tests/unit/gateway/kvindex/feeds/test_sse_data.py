@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from gateway.kvindex.consumers import parse_event_payload, sse_data
+from gateway.kvindex.feeds.kvgate import parse_event_payload, sse_data
 from kvgate_core.kvcontract.events import EventType
 
 STREAM = (

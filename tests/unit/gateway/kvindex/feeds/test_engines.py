@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.kvindex.adapters.discovery import EventSource
-from gateway.kvindex.adapters.feeds import EngineFeedConfig, EngineFeeds
+from gateway.kvindex.feeds.discovery import EventSource
+from gateway.kvindex.feeds.engines import EngineFeedConfig, EngineFeeds
 from kvgate_core.kvcontract.events import EventType, KVEvent
 from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
 

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from gateway.analyze.prompt import TokenizingAnalyzer
-from gateway.kvindex.adapters.decode import BlockStored, decode_event_batch
-from gateway.kvindex.adapters.discovery import EventSource, discover_event_sources
-from gateway.kvindex.adapters.rechunk import EngineEventTranslator, TranslatorConfig
-from gateway.kvindex.adapters.zmq_feed import parse_live, parse_replay_reply
+from gateway.kvindex.feeds.decode import BlockStored, decode_event_batch
+from gateway.kvindex.feeds.discovery import EventSource, discover_event_sources
+from gateway.kvindex.feeds.rechunk import EngineEventTranslator, TranslatorConfig
+from gateway.kvindex.feeds.zmq_feed import parse_live, parse_replay_reply
 from kvgate_core.kvcontract.events import EventType
 from kvgate_core.tokenize.bundle import byte_bundle
 from kvgate_core.tokenize.request_prompt import Endpoint
 
-FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "engines" / "vllm-0.32.0"
+FIXTURES = Path(__file__).resolve().parents[4] / "fixtures" / "engines" / "vllm-0.32.0"
 ZMQ = FIXTURES / "zmq"
 SERVED = "SmolLM2-135M-Instruct"
 

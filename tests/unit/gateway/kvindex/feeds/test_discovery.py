@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.kvindex.adapters.discovery import (
+from gateway.kvindex.feeds.discovery import (
     EventSource,
     discover_event_sources,
     discover_sglang_sources,

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from gateway.kvindex.adapters.feed_status import FeedStatus, WorkerFeeds
+from gateway.kvindex.feeds.feed_status import FeedStatus, WorkerFeeds
 
 
 class Clock:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.kvindex.consumers import parse_snapshot
+from gateway.kvindex.feeds.kvgate import parse_snapshot
 from kvgate_core.kvcontract.events import EventDecodeError, Tier
 
 

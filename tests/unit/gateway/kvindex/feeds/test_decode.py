@@ -7,7 +7,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from gateway.kvindex.adapters.decode import (
+from gateway.kvindex.feeds.decode import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from gateway.kvindex.adapters.decode import AllBlocksCleared, BlockRemoved, BlockStored
-from gateway.kvindex.adapters.feed_status import FeedStatus
-from gateway.kvindex.adapters.rechunk import EngineEventTranslator, TranslatorConfig
-from gateway.kvindex.adapters.trtllm_http import DrainError, TrtllmDrainMapper, run_trtllm_drain
+from gateway.kvindex.feeds.decode import AllBlocksCleared, BlockRemoved, BlockStored
+from gateway.kvindex.feeds.feed_status import FeedStatus
+from gateway.kvindex.feeds.rechunk import EngineEventTranslator, TranslatorConfig
+from gateway.kvindex.feeds.trtllm_http import DrainError, TrtllmDrainMapper, run_trtllm_drain
 from kvgate_core.kvcontract.events import EventType, KVEvent
 from kvgate_core.kvcontract.hashing import chain_hashes, root_hash
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import zmq
 import zmq.asyncio
 
-from gateway.kvindex.adapters.decode import EventBatch, decode_event_batch
-from gateway.kvindex.adapters.feed_status import FeedStatus
-from gateway.kvindex.adapters.rechunk import EngineEventTranslator
-from gateway.kvindex.adapters.sequence import SequenceTracker, Verdict
+from gateway.kvindex.feeds.decode import EventBatch, decode_event_batch
+from gateway.kvindex.feeds.feed_status import FeedStatus
+from gateway.kvindex.feeds.rechunk import EngineEventTranslator
+from gateway.kvindex.feeds.sequence import SequenceTracker, Verdict
 from kvgate_core.kvcontract.events import EventDecodeError, EventType, KVEvent
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ them into full kvgate blocks. Its ``cache_salt`` field is folded into the hash r
 
 from __future__ import annotations
 
-from gateway.kvindex.adapters.decode import EngineEvent, decode_batch
+from gateway.kvindex.feeds.decode import EngineEvent, decode_batch
 
 
 def decode_sglang_batch(payload: bytes) -> list[EngineEvent]:

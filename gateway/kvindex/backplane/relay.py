@@ -25,15 +25,21 @@ import httpx
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.kvindex.consumers import BlocksSnapshot, EventsSink, FeedConfig, fetch_snapshot, run_worker_feed
-from gateway.kvindex.shared_predictions import ROUTED_STREAM, Routed, decode_routed, encode_routed
-from gateway.kvindex.stream import (
+from gateway.kvindex.backplane.shared_predictions import ROUTED_STREAM, Routed, decode_routed, encode_routed
+from gateway.kvindex.backplane.stream import (
     StreamReader,
     claim_relay,
     last_entry_id,
     publish_events,
     raise_if_cancelling,
     release_relay,
+)
+from gateway.kvindex.feeds.kvgate import (
+    BlocksSnapshot,
+    EventsSink,
+    FeedConfig,
+    fetch_snapshot,
+    run_worker_feed,
 )
 from gateway.state.lag import LagRecorder
 from kvgate_core.kvcontract.events import KVEvent

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.kvindex.adapters.sequence import SequenceTracker, Verdict
-from gateway.kvindex.adapters.zmq_feed import parse_live, parse_replay_reply
+from gateway.kvindex.feeds.sequence import SequenceTracker, Verdict
+from gateway.kvindex.feeds.zmq_feed import parse_live, parse_replay_reply
 
 
 def seq(n: int) -> bytes:

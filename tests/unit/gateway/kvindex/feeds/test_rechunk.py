@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from gateway.analyze.prompt import TokenizingAnalyzer
-from gateway.kvindex.adapters.decode import AllBlocksCleared, BlockRemoved, BlockStored, EngineEvent
-from gateway.kvindex.adapters.rechunk import EngineEventTranslator, TranslatorConfig
+from gateway.kvindex.feeds.decode import AllBlocksCleared, BlockRemoved, BlockStored, EngineEvent
+from gateway.kvindex.feeds.rechunk import EngineEventTranslator, TranslatorConfig
 from gateway.kvindex.memory import MemoryKVIndex
 from kvgate_core.kvcontract.events import EventType, KVEvent
 from kvgate_core.tokenize.bundle import byte_bundle
@@ -148,8 +148,8 @@ def test_trtllm_salted_requests_never_match_blocks_its_drain_reports() -> None:
     request stored them) are indexed plain, and a salted request is never predicted to hit them."""
     from collections import Counter
 
-    from gateway.kvindex.adapters.feed_status import FeedStatus
-    from gateway.kvindex.adapters.trtllm_http import TrtllmDrainMapper
+    from gateway.kvindex.feeds.feed_status import FeedStatus
+    from gateway.kvindex.feeds.trtllm_http import TrtllmDrainMapper
 
     mapper = TrtllmDrainMapper(FeedStatus("http://w", clock=lambda: 0.0), Counter(), 32)
     tokens = [{"type": "unique_token", "token_id": t, "token_extra_id": 0} for t in PROMPT[:32]]

@@ -1,10 +1,11 @@
-"""Worker feeds: a worker's ``GET /kv/blocks`` snapshot and its ``GET /kv/events`` SSE stream.
+"""kvgate workers' feed: a worker's ``GET /kv/blocks`` snapshot and its ``GET /kv/events`` SSE stream.
 
 ``run_worker_feed`` keeps one worker's feed alive (reconnects with capped exponential backoff). On every
 (re)connect it opens the SSE stream first, then fetches the snapshot and hands it over (the consumer clears
 the worker's entries and stores the snapshot), then passes on the buffered and live events: every event
 after the snapshot point is applied after the snapshot, so the result is exact. Where the events go (the
-local index, or the Redis stream) is the caller's sink; the Redis stream side lives in ``stream.py``.
+local index, or the Redis stream) is the caller's sink; the Redis stream side lives in
+``backplane/stream.py``.
 
 Worker ids: a worker names itself in its events and snapshot (its self-reported id); the gateway registry
 has its own id for it. ``AliasMap`` maps the first to the second and is learned from each snapshot.

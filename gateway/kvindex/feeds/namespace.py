@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from gateway.kvindex.adapters.decode import BlockStored
+from gateway.kvindex.feeds.decode import BlockStored
 from kvgate_core.kvcontract.extra_keys import extra_keys
 from kvgate_core.kvcontract.hashing import root_hash
 

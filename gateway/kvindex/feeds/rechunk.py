@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, cast
 
-from gateway.kvindex.adapters.decode import (
+from gateway.kvindex.feeds.decode import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -34,7 +34,7 @@ from gateway.kvindex.adapters.decode import (
     EngineHash,
     UnknownEvent,
 )
-from gateway.kvindex.adapters.namespace import chain_root, indexable_prefix
+from gateway.kvindex.feeds.namespace import chain_root, indexable_prefix
 from kvgate_core.kvcontract.events import EventType, KVEvent, Tier
 from kvgate_core.kvcontract.hashing import chain_hashes
 

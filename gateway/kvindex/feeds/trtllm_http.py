@@ -27,15 +27,15 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from gateway.kvindex.adapters.decode import (
+from gateway.kvindex.feeds.decode import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
     EngineEvent,
     UnknownEvent,
 )
-from gateway.kvindex.adapters.feed_status import FeedStatus
-from gateway.kvindex.adapters.rechunk import EngineEventTranslator
+from gateway.kvindex.feeds.feed_status import FeedStatus
+from gateway.kvindex.feeds.rechunk import EngineEventTranslator
 from kvgate_core.kvcontract.events import EventDecodeError, KVEvent
 
 logger = logging.getLogger(__name__)

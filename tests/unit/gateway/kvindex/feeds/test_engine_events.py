@@ -3,8 +3,9 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from gateway.kvindex.adapters.sglang import decode_sglang_batch
-from gateway.kvindex.adapters.vllm import EngineEventTranslator, TranslatorConfig, decode_batch
+from gateway.kvindex.feeds.decode import decode_batch
+from gateway.kvindex.feeds.rechunk import EngineEventTranslator, TranslatorConfig
+from gateway.kvindex.feeds.sglang import decode_sglang_batch
 from kvgate_core.kvcontract.events import EventDecodeError, EventType
 from kvgate_core.kvcontract.extra_keys import extra_keys
 from kvgate_core.kvcontract.hashing import chain_hashes, root_hash

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.kvindex.shared_predictions import decode_routed, encode_routed
+from gateway.kvindex.backplane.shared_predictions import decode_routed, encode_routed
 from kvgate_core.kvcontract.events import EventDecodeError
 
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, cast
 
-from gateway.kvindex.consumers import parse_event_payload
+from gateway.kvindex.feeds.kvgate import parse_event_payload
 from gateway.state.lag import LagRecorder
 from gateway.state.redis_client import MAX_BLOCK_S
 from kvgate_core.kvcontract.events import EVENTS_STREAM, EventDecodeError, KVEvent, encode_events
