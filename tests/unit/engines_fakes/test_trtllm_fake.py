@@ -28,7 +28,7 @@ async def test_model_id_is_the_model_directorys_basename(tmp_path: Path) -> None
 
 
 async def test_json_metrics_drain_and_end_after_a_quiet_wait() -> None:
-    flags = ("--enable-iter-perf-stats", "--metrics-wait-s", "0.2", "--decode-ms-per-token", "5")
+    flags = ("--enable-iter-perf-stats", "--metrics-wait-s", "1.0", "--decode-ms-per-token", "5")
     async with fake("trtllm", *flags) as c:
         assert (await c.get("/metrics")).json() == []  # nothing ran: the wait ends it
         await c.post("/v1/chat/completions", json=chat(max_tokens=8))
@@ -41,7 +41,7 @@ async def test_json_metrics_drain_and_end_after_a_quiet_wait() -> None:
         assert stats[-1]["numActiveRequests"] == 0  # it read on through the idle iteration
         start = time.perf_counter()
         assert (await c.get("/metrics")).json() == []  # ended, and no request since: at once
-        assert time.perf_counter() - start < 0.15
+        assert time.perf_counter() - start < 0.5  # not the 1 s wait
         assert (await c.get("/prometheus/metrics")).status_code == 404
 
 
@@ -55,13 +55,13 @@ async def test_json_metrics_answer_only_after_the_engines_2_s_wait() -> None:
 
 async def test_json_metrics_wait_out_a_running_generation() -> None:
     """Under load entries keep coming, so the read answers only once the load pauses."""
-    flags = ("--enable-iter-perf-stats", "--metrics-wait-s", "0.1", "--decode-ms-per-token", "5")
+    flags = ("--enable-iter-perf-stats", "--metrics-wait-s", "0.5", "--decode-ms-per-token", "5")
     async with fake("trtllm", *flags) as c:
         long = asyncio.create_task(c.post("/v1/chat/completions", json=chat(max_tokens=120, ignore_eos=True)))
         await asyncio.sleep(0.1)
         stats = (await c.get("/metrics")).json()
         assert long.done()  # it answered only after the generation ended
-        assert len(stats) > 50 and stats[-1]["numActiveRequests"] == 0
+        assert len(stats) > 20 and stats[-1]["numActiveRequests"] == 0
 
 
 async def test_json_metrics_are_empty_without_iter_perf_stats() -> None:
