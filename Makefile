@@ -75,8 +75,8 @@ test-unit: install redis promtool ## fast unit and conformance tests
 test-integration: install redis chromium ## real processes: gateway, workers, redis-server, the openai client, Chromium
 	$(BIN)/pytest tests/integration -q $(PYTEST_ARGS)
 
-test: install redis promtool chromium ## install what tests need (Redis, promtool, Chromium) and run the whole suite
-	@$(BIN)/pytest tests -q $(PYTEST_ARGS); rc=$$?; \
+test: install redis promtool chromium ## install what tests need (Redis, promtool, Chromium) and run the whole suite (the 25 slowest tests listed at the end)
+	@$(BIN)/pytest tests -q --durations=25 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests were collected: that is a failure" >&2; exit 1; fi; exit $$rc
 
 test-gpu: install ## GPU kernel checks (needs CUDA)
