@@ -55,7 +55,7 @@ from loadtest.foreign_fleet import WORD_BLOCK_SIZE, WorkerFleet, as_words, worke
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
 from loadtest.proc_stats import merged, parse_histogram
 from loadtest.report import percentile, summarize
-from loadtest.router_cmd import parse_router_cmd, peer_command, tree_cpu_s
+from loadtest.router_cmd import RouterCommand, parse_router_cmd, peer_command, tree_cpu_s
 from loadtest.trace import MOONCAKE_TRACE, TraceOptions, trace_sessions
 from loadtest.workloads import Session, WorkloadSpec, multi_turn, shared_prefix
 
@@ -128,11 +128,15 @@ def peer_case(spec: str, venv: Path) -> Case:
     """
     preset, tuned = (spec[: -len(":tuned")], True) if spec.endswith(":tuned") else (spec, False)
     command = peer_command(preset, venv)
-    template = command.template.replace("{metrics_port}", str(free_port()))
     if tuned:
-        template += " " + PEER_TUNED_ARGS
-    name = command.name + (" (tuned)" if tuned else "")
-    return Case(name, "peer", router_cmd=template)
+        return router_case(RouterCommand(f"{command.name} (tuned)", f"{command.template} {PEER_TUNED_ARGS}"))
+    return router_case(command)
+
+
+def router_case(command: RouterCommand) -> Case:
+    """Another router in kvgate's place (``--peer``, ``--router-cmd``): its ``{metrics_port}`` given a free
+    port here (the fleet fills ``{port}`` and ``{workers}``)."""
+    return Case(command.name, "peer", router_cmd=command.template.replace("{metrics_port}", str(free_port())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -550,9 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"unknown scenario or case: {', '.join(unknown)}")
     try:
         peers = [peer_case(spec, args.peer_venv) for spec in args.peer]
-        for spec in args.router_cmd:
-            command = parse_router_cmd(spec)
-            peers.append(Case(command.name, "peer", router_cmd=command.template))
+        peers += [router_case(parse_router_cmd(spec)) for spec in args.router_cmd]
     except ValueError as exc:
         ap.error(str(exc))
     args.out.mkdir(parents=True, exist_ok=True)

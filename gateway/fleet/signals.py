@@ -84,7 +84,8 @@ async def scrape_load(
     gateway's in-flight count stands in for every worker); ``clock``: when a successful read answered.
 
     Raises:
-        OSError, TimeoutError: the GET failed (the caller marks the worker unhealthy, as for ``/health``).
+        OSError, TimeoutError: the GET failed (the health checker's ``_scrape`` lets the in-flight count stand
+            in; the worker's health is the probe's business).
     """
     facts = record.facts
     profile = facts.profile

@@ -221,17 +221,13 @@ class CapacityLearner:
         )
         return self._index.held(worker) >= 0.9 * assumed
 
-    def _base_blocks(self, units: WorkerUnits) -> float:
-        """The assumed capacity at ``scale`` 1, in the gateway's blocks."""
-        if units.engine_capacity_tokens is not None:
-            ratio = 1.0 if abs(units.ratio - 1.0) <= _SAME_UNITS else units.ratio
-            return units.engine_capacity_tokens * ratio / self._block_size
-        return float(self._index.config.capacity_blocks)
-
     def _push(self, worker: str, units: WorkerUnits, *, force: bool = False) -> None:
-        if units.engine_capacity_tokens is None and units.scale == 1.0 and not force:
+        if units.engine_capacity_tokens is not None:
+            blocks = units.engine_capacity_tokens * self.ratio(worker) * units.scale / self._block_size
+        elif units.scale != 1.0 or force:
+            blocks = self._index.config.capacity_blocks * units.scale
+        else:
             return
-        blocks = self._base_blocks(units) * units.scale
         target = max(1, int(blocks))
         moved = abs(target - units.pushed_blocks) > self._config.push_tolerance * max(units.pushed_blocks, 1)
         if force or moved:

@@ -249,7 +249,7 @@ class Router:
         ticket = self._watch.open(record.id, uncached, uncached + (req.max_tokens or 0))
         return Routed(
             request=req, decision=decision, record=record,
-            prefix_hit_tokens=self._cached_tokens(req, chosen.gpu_hit_blocks, record), prefill=prefill,
+            prefix_hit_tokens=self._predicted(req, hit, record), prefill=prefill,
             best_hit_tokens=best_tokens, ticket=ticket, uncached_tokens=uncached,
         )  # fmt: skip
 
@@ -290,9 +290,13 @@ class Router:
         and never the prompt's last token (vLLM, SGLang and TensorRT-LLM always compute at least one token,
         so a fully cached, block-aligned prompt reports one block less).
         """
-        if hit_blocks <= 0:
+        return self._predicted(req, self._hit_tokens(req, hit_blocks), record)
+
+    def _predicted(self, req: RouteRequest, tokens: int, record: WorkerRecord | None) -> int:
+        """``tokens`` predicted cached (the gateway's) as ``record``'s engine will report them
+        (``_cached_tokens``)."""
+        if tokens <= 0:
             return 0  # in any unit
-        tokens = min(hit_blocks * self._block_size, req.num_prompt_tokens)
         if record is None or record.facts.kind in (EngineKind.KVGATE, EngineKind.AUTO):
             return tokens
         prompt = req.num_prompt_tokens

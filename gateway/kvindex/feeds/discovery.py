@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -115,20 +115,18 @@ def _positive(value: object) -> int:
 
 def _shifted(source: EventSource, rank: int) -> EventSource:
     """Rank ``rank``'s publisher: rank 0's ports + ``rank``."""
-    if rank == 0:
-        return source
     replay = source.replay_endpoint
-    return EventSource(
+    return replace(
+        source,
         endpoint=_port_plus(source.endpoint, rank),
         replay_endpoint=_port_plus(replay, rank) if replay is not None else None,
-        topic=source.topic,
         dp_rank=rank,
     )
 
 
 def _port_plus(endpoint: str, offset: int) -> str:
     match = _TCP.match(endpoint)
-    if match is None:  # ipc:// paths have no port: every rank shares none of it
+    if match is None:  # an ipc:// path has no port to offset
         return endpoint
     return f"tcp://{match['host']}:{int(match['port']) + offset}"
 

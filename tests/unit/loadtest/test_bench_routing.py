@@ -24,12 +24,14 @@ from loadtest.bench_routing import (
     outside_ttfts,
     peer_case,
     replica_lag_quantile,
+    router_case,
     sent_in_order,
     upstream_ttft_mean,
     worker_ttfts,
 )
 from loadtest.driver import RequestRecord
 from loadtest.ideal_cache import PromptBlocks, ideal_replay, prompt_blocks
+from loadtest.router_cmd import parse_router_cmd
 from loadtest.workloads import Session, WorkRequest
 
 BS = 4
@@ -156,6 +158,12 @@ def test_a_peer_case_runs_the_preset_in_kvgates_place(tmp_path: Path) -> None:
     assert PEER_TUNED_ARGS not in (plain.router_cmd or "") and plain.slug("x") != tuned.slug("x")
     with pytest.raises(ValueError, match="known peers"):
         peer_case("nginx", Path("/venv"))
+    other = router_case(
+        parse_router_cmd("before=/old/kvgate --port {port} --metrics {metrics_port} {workers}")
+    )
+    assert (
+        other.label == "before" and other.router_cmd is not None and "{metrics_port}" not in other.router_cmd
+    )
     scenario = SCENARIOS["chat_closed"]
     _, workers = _workload(replace(scenario, sessions=lambda _quick: []), True, foreign=True)
     spec = _fleet_spec(scenario, tuned, tmp_path, None, workers)
